@@ -1,0 +1,1 @@
+"""Lightning callbacks: perplexity logging and prediction writing."""

@@ -1,0 +1,1 @@
+"""The ``bionemo`` command line."""

@@ -1,0 +1,5 @@
+"""``python -m bionemo.cli`` runs the ``bionemo`` command."""
+
+from bionemo.cli.app import main
+
+main()

@@ -1,0 +1,73 @@
+"""The root Typer app of the ``bionemo`` command.
+
+Only typer and the standard library are imported at module level so that ``bionemo --help`` answers at
+once; torch, lightning, nemo and megatron are imported inside the commands that need them.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+from typing import Annotated
+
+import typer
+
+__all__ = ["app", "main"]
+
+app = typer.Typer(
+    name="bionemo",
+    help="Train and serve biological language models on Megatron-core with Lightning.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+_DISTRIBUTIONS = (
+    "bionemo-core",
+    "bionemo-collate",
+    "bionemo-losses",
+    "bionemo-callbacks",
+    "bionemo-lightning",
+    "bionemo-cli",
+)
+
+
+def _installed_versions() -> dict[str, str]:
+    found = {}
+    for name in _DISTRIBUTIONS:
+        try:
+            found[name] = version(name)
+        except PackageNotFoundError:
+            found[name] = "not installed"
+    return found
+
+
+def _print_versions(value: bool) -> None:
+    if value:
+        for name, ver in _installed_versions().items():
+            typer.echo(f"{name} {ver}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(
+    show_version: Annotated[
+        bool,
+        typer.Option(
+            "--version",
+            is_eager=True,
+            callback=_print_versions,
+            help="Print the installed versions and exit.",
+        ),
+    ] = False,
+) -> None:
+    """Train and serve biological language models on Megatron-core with Lightning."""
+
+
+@app.command("packages")
+def packages() -> None:
+    """List the bionemo sub-packages and their installed versions."""
+    for name, ver in _installed_versions().items():
+        typer.echo(f"{name:20} {ver}")
+
+
+def main() -> None:
+    """Entry point of the ``bionemo`` console script."""
+    app()

@@ -1,0 +1,62 @@
+"""Small helpers every package uses: first non-None item, dtype and device of tensors and modules."""
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import torch
+
+__all__ = ["get_dtype_device", "some_first"]
+
+T = TypeVar("T")
+
+
+def some_first(seq: Iterable[T | None]) -> T:
+    """Return the first item of ``seq`` that is not ``None``.
+
+    Raises:
+        ValueError: ``"non-None value not found"`` when every item is ``None`` or ``seq`` is empty.
+    """
+    for item in seq:
+        if item is not None:
+            return item
+    raise ValueError("non-None value not found")
+
+
+def get_dtype_device(
+    obj: torch.Tensor | torch.nn.Module | Sequence[Any] | Mapping[Any, Any],
+) -> tuple[torch.dtype, torch.device]:
+    """Return ``(dtype, device)`` of a tensor, a module, or the first non-None value of a list/tuple/dict.
+
+    A module answers with its first parameter; containers are searched depth-first.
+
+    Raises:
+        ValueError: For an empty list/tuple/dict (or one holding only ``None``) and for a module without
+            parameters.
+        TypeError: For anything else (a string, a number, ...).
+    """
+    if isinstance(obj, torch.Tensor):
+        return obj.dtype, obj.device
+    if isinstance(obj, torch.nn.Module):
+        try:
+            param = next(obj.parameters())
+        except StopIteration:
+            raise ValueError(f"Cannot get dtype/device of a {type(obj).__name__} without parameters") from None
+        return param.dtype, param.device
+    if isinstance(obj, Mapping):
+        if not obj:
+            raise ValueError("Cannot get dtype/device of an empty dict")
+        return get_dtype_device(_first_present(obj.values(), "dict"))
+    if isinstance(obj, Sequence) and not isinstance(obj, str | bytes):
+        if not obj:
+            raise ValueError("Cannot get dtype/device of an empty list")
+        return get_dtype_device(_first_present(obj, type(obj).__name__))
+    raise TypeError(
+        f"get_dtype_device expects a tensor, a module, or a list/tuple/dict of them; got {type(obj).__name__}"
+    )
+
+
+def _first_present(values: Iterable[Any], kind: str) -> Any:
+    try:
+        return some_first(values)
+    except ValueError:
+        raise ValueError(f"Cannot get dtype/device of a {kind} holding only None") from None

@@ -1,0 +1,1 @@
+"""BionemoLightningModule: one Lightning module for Megatron-core models."""

@@ -1,0 +1,102 @@
+"""Dependencies flow one way: core <- collate <- losses <- callbacks <- lightning <- cli.
+
+Checks both what each package's source imports and what its pyproject declares.
+"""
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ORDER = ["core", "collate", "losses", "callbacks", "lightning", "cli"]
+
+# Third-party imports each package may make (import name -> distribution), cumulative along ORDER.
+THIRD_PARTY = {
+    "core": {"torch": "torch"},
+    "collate": {},
+    "losses": {"megatron": "megatron-core", "nemo": "nemo-toolkit"},
+    "callbacks": {"lightning": "lightning", "safetensors": "safetensors"},
+    "lightning": {},
+    "cli": {"typer": "typer", "rich": "rich"},
+}
+# Where an indirect dependency is imported directly, it must be declared: lightning pulls these in.
+IMPLIED = {"typing_extensions", "numpy"}
+
+
+def allowed_imports(package: str) -> dict[str, str]:
+    allowed: dict[str, str] = {}
+    for name in ORDER[: ORDER.index(package) + 1]:
+        allowed.update(THIRD_PARTY[name])
+    return allowed
+
+
+def imported_top_levels(package: str) -> dict[str, set[str]]:
+    """Map every absolute import in distribution ``bionemo-<package>`` to the files importing it."""
+    src = ROOT / "packages" / f"bionemo-{package}" / "src" / "bionemo"
+    found: dict[str, set[str]] = {}
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            names: list[str] = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                parts = name.split(".")
+                key = ".".join(parts[:2]) if parts[0] == "bionemo" else parts[0]
+                found.setdefault(key, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+@pytest.mark.parametrize("package", ORDER)
+def test_source_imports_follow_the_direction(package):
+    import sys
+
+    allowed_bionemo = {
+        f"bionemo.{sub.name}"
+        for name in ORDER[: ORDER.index(package) + 1]
+        for sub in (ROOT / "packages" / f"bionemo-{name}" / "src" / "bionemo").iterdir()
+        if sub.is_dir() and sub.name != "__pycache__"
+    }
+    allowed_third = allowed_imports(package)
+    violations = []
+    for name, files in imported_top_levels(package).items():
+        if name.startswith("bionemo"):
+            if name not in allowed_bionemo:
+                violations.append(f"{name} imported by {sorted(files)}")
+        elif name in sys.stdlib_module_names or name in IMPLIED or name == "__future__":
+            continue
+        elif name not in allowed_third:
+            violations.append(f"{name} imported by {sorted(files)}")
+    assert not violations, f"bionemo.{package} imports against the dependency direction: {violations}"
+
+
+def declared(package: str) -> set[str]:
+    """Normalized distribution names that ``bionemo-<package>`` lists under ``[project] dependencies``."""
+    meta = tomllib.loads((ROOT / "packages" / f"bionemo-{package}" / "pyproject.toml").read_text())
+    return {
+        re.split(r"[\[=<>!~; ]", dep, maxsplit=1)[0].lower().replace("_", "-")
+        for dep in meta["project"]["dependencies"]
+    }
+
+
+@pytest.mark.parametrize("package", ORDER)
+def test_declared_dependencies_follow_the_direction(package):
+    allowed = {f"bionemo-{name}" for name in ORDER[: ORDER.index(package)]}
+    allowed |= set(allowed_imports(package).values())
+    extra = declared(package) - allowed
+    assert not extra, f"bionemo-{package} declares dependencies it may not have: {sorted(extra)}"
+    # Every third-party package the source imports is declared by this package or one below it.
+    third = allowed_imports(package)
+    needed = {third[name] for name in imported_top_levels(package) if name in third}
+    available = set().union(*(declared(name) for name in ORDER[: ORDER.index(package) + 1]))
+    assert needed <= available, f"bionemo-{package} imports undeclared {sorted(needed - available)}"
+
+
+def test_namespace_package_has_no_init():
+    for package in ORDER:
+        src = ROOT / "packages" / f"bionemo-{package}" / "src" / "bionemo"
+        assert not (src / "__init__.py").exists(), f"{src}/__init__.py breaks the PEP 420 namespace"

@@ -1,0 +1,29 @@
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the quirk exists only on GPU-less machines")
+def test_megatron_imports_after_prepare_in_a_clean_process():
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME")}
+    code = (
+        "from bionemo.core.megatron_env import prepare_megatron_import\n"
+        "assert prepare_megatron_import()\n"
+        "import megatron.core.parallel_state\n"
+        "print('imported')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "imported" in result.stdout
+
+
+def test_prepare_keeps_user_values(monkeypatch):
+    from bionemo.core.megatron_env import prepare_megatron_import
+
+    monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    needed = prepare_megatron_import()
+    assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"
+    assert needed is (not torch.cuda.is_available())
