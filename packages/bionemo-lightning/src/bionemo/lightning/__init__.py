@@ -1,1 +1,22 @@
-"""BionemoLightningModule: one Lightning module for Megatron-core models."""
+"""BionemoLightningModule and what it needs: optimizers, the pass-through prediction contract, data, compat."""
+
+# First: lets megatron-core import on machines with nvcc but no GPU, before any submodule imports it.
+from bionemo.lightning import _nemo  # noqa: F401  # isort: skip
+
+
+from bionemo.lightning.data import MegatronDataModule
+from bionemo.lightning.megatron_compat import MegatronCompatCallback
+from bionemo.lightning.module import BionemoLightningModule
+from bionemo.lightning.optimizer import default_megatron_optimizer, torch_optimizer_from_config
+from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
+from bionemo.lightning.sdpa_attention import SDPACoreAttention
+
+__all__ = [
+    "BionemoLightningModule",
+    "LightningPassthroughPredictionMixin",
+    "MegatronCompatCallback",
+    "MegatronDataModule",
+    "SDPACoreAttention",
+    "default_megatron_optimizer",
+    "torch_optimizer_from_config",
+]

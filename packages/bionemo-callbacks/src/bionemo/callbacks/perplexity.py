@@ -1,0 +1,104 @@
+"""Perplexity logging from the loss sums the loss reduction already computed: no logits are copied."""
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import lightning.pytorch as pl
+import torch
+from typing_extensions import override
+
+from bionemo.losses import LOSS_SUM_KEY, ParallelGroups, all_reduce_sum
+
+__all__ = ["PerplexityLoggingCallback"]
+
+
+class _Step(Protocol):
+    """What the callback reads of NeMo's ``MegatronStep`` (and of the Lightning-path stand-in)."""
+
+    @property
+    def trainer(self) -> pl.Trainer: ...
+
+    @property
+    def pl_module(self) -> pl.LightningModule: ...
+
+
+class PerplexityLoggingCallback(pl.Callback):
+    """Log ``val_ppl`` (and, if asked, ``train_ppl``): ``exp`` of the token-weighted mean loss.
+
+    Works from each micro-batch's ``[loss_sum, num_tokens]`` pair (``bionemo.losses.LOSS_SUM_KEY``, produced
+    by :class:`bionemo.losses.MaskedTokenLossReduction`), never from the logits, so it adds two floats of
+    memory per step whatever the vocabulary. Under NeMo's ``MegatronStrategy`` it runs in the
+    ``on_megatron_reduce_microbatches_end`` hook, which only the last pipeline stage reaches;
+    ``BionemoLightningModule`` fires the same hook under Lightning's own strategies.
+
+    * ``train_ppl``: per step, ``exp`` of the reduced loss (already the global token-weighted mean over
+      micro-batches and data/context-parallel ranks).
+    * ``val_ppl``: per validation epoch, ``exp(sum of loss sums / sum of token counts)`` over every
+      validation micro-batch of every data- and context-parallel rank: one all-reduce per epoch. Tensor
+      parallel ranks hold identical sums and are not counted twice.
+
+    Args:
+        log_train: Log ``train_ppl`` every training step.
+        log_val: Log ``val_ppl`` once per validation epoch.
+        groups: Process groups to reduce over; ``None`` reads megatron's current ones when needed.
+    """
+
+    def __init__(self, log_train: bool = False, log_val: bool = True, groups: ParallelGroups | None = None) -> None:
+        super().__init__()
+        self.log_train = log_train
+        self.log_val = log_val
+        self._groups = groups
+        self._val_sums: torch.Tensor | None = None
+
+    @property
+    def groups(self) -> ParallelGroups:
+        """The process groups the validation sums are reduced over."""
+        return ParallelGroups.current() if self._groups is None else self._groups
+
+    def on_megatron_reduce_microbatches_end(
+        self,
+        step: _Step,
+        microbatch_outputs: Sequence[Any],
+        loss_reduction: Any,
+        reduced: Any,
+    ) -> None:
+        """Record one step's loss sums (validation) or log its perplexity (training)."""
+        trainer = step.trainer
+        if trainer.sanity_checking or not microbatch_outputs:
+            return
+        if trainer.training:
+            if self.log_train:
+                value = torch.exp(torch.as_tensor(reduced).detach().float())
+                step.pl_module.log("train_ppl", value, prog_bar=True, batch_size=1)
+            return
+        if not trainer.validating or not self.log_val:
+            return
+        sums = torch.stack([_loss_pair(out, loss_reduction) for out in microbatch_outputs]).sum(dim=0)
+        self._val_sums = sums if self._val_sums is None else self._val_sums + sums.to(self._val_sums.device)
+
+    @override
+    def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._val_sums = None
+
+    @override
+    def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if trainer.sanity_checking or not self.log_val or not self.groups.is_last_stage:
+            return
+        device = pl_module.device
+        sums = self._val_sums.to(device) if self._val_sums is not None else torch.zeros(2, device=device)
+        all_reduce_sum(sums, self.groups.data_context)
+        self._val_sums = None
+        if sums[1] <= 0:
+            return
+        pl_module.log("val_ppl", torch.exp(sums[0] / sums[1]), prog_bar=True, batch_size=1)
+
+
+def _loss_pair(output: Any, loss_reduction: Any) -> torch.Tensor:
+    if not isinstance(output, Mapping) or LOSS_SUM_KEY not in output:
+        got = sorted(output) if isinstance(output, Mapping) else type(output).__name__
+        raise ValueError(
+            "PerplexityLoggingCallback needs each micro-batch output of the validation loss reduction to carry "
+            f"{LOSS_SUM_KEY!r} = [loss_sum, num_tokens] (as MaskedTokenLossReduction does); "
+            f"{type(loss_reduction).__name__} returned {got}"
+        )
+    return output[LOSS_SUM_KEY].detach().float()

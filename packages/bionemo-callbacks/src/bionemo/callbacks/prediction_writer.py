@@ -1,0 +1,178 @@
+"""Write predictions per rank as safetensors files, and merge them back into input order."""
+
+import os
+import re
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks.prediction_writer import WriteInterval
+from safetensors.torch import load_file, save_file
+from typing_extensions import override
+
+from bionemo.collate import DEFAULT_BATCH_DIMS, batch_collator
+from bionemo.losses import ParallelGroups
+
+__all__ = ["DEFAULT_INDEX_KEY", "PredictionWriter", "merge_predictions", "prediction_files"]
+
+DEFAULT_INDEX_KEY = "sample_index"
+"""Key of the ``[b]`` integer tensor holding each sample's position in the input."""
+
+_FILE_RE = re.compile(r"^predictions_rank(\d+)(?:_batch(\d+))?\.safetensors$")
+
+
+def prediction_files(output_dir: str | os.PathLike[str], rank: int | None = None) -> list[Path]:
+    """The complete prediction files in ``output_dir`` (of one global ``rank``, or of all), sorted by name."""
+    found = []
+    for path in sorted(Path(output_dir).glob("predictions_rank*.safetensors")):
+        match = _FILE_RE.match(path.name)
+        if match and (rank is None or int(match.group(1)) == rank):
+            found.append(path)
+    return found
+
+
+class PredictionWriter(pl.Callback):
+    """Write ``trainer.predict`` outputs to ``output_dir`` as safetensors files, one set per rank.
+
+    Each prediction must be a flat dict of tensors holding ``index_key``: the ``[b]`` input positions of its
+    samples (``BionemoLightningModule`` copies it from the batch). Only ranks that hold the full output
+    write: the last pipeline stage at tensor- and context-parallel rank 0, so each data-parallel replica
+    writes once. Files appear atomically (written to a temporary name, then renamed) and load without
+    pickle. :func:`merge_predictions` joins them back into input order.
+
+    Files: ``predictions_rank{R}_batch{B}.safetensors`` per batch (``write_interval="batch"``) or
+    ``predictions_rank{R}.safetensors`` per epoch (``"epoch"``, the outputs of the epoch collated on CPU).
+
+    Args:
+        output_dir: Directory to write into; created if missing.
+        write_interval: ``"batch"`` or ``"epoch"``.
+        index_key: Key of the sample positions in each prediction.
+        overwrite: Replace this rank's files from an earlier run instead of refusing to start.
+        groups: Process groups that decide whether this rank writes; ``None`` reads megatron's current ones.
+    """
+
+    def __init__(
+        self,
+        output_dir: str | os.PathLike[str],
+        write_interval: WriteInterval | str = WriteInterval.EPOCH,
+        index_key: str = DEFAULT_INDEX_KEY,
+        overwrite: bool = False,
+        groups: ParallelGroups | None = None,
+    ) -> None:
+        super().__init__()
+        valid = (WriteInterval.BATCH.value, WriteInterval.EPOCH.value)
+        if str(getattr(write_interval, "value", write_interval)) not in valid:
+            raise ValueError(f"write_interval={write_interval!r} is not valid; use one of {list(valid)}")
+        self.output_dir = Path(output_dir)
+        self.interval = WriteInterval(getattr(write_interval, "value", write_interval))
+        self.index_key = index_key
+        self.overwrite = overwrite
+        self._groups = groups
+        self._pending: list[dict[str, torch.Tensor]] = []
+
+    @property
+    def groups(self) -> ParallelGroups:
+        """The process groups that decide whether this rank writes."""
+        return ParallelGroups.current() if self._groups is None else self._groups
+
+    @override
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._pending = []
+        self.output_dir.mkdir(parents=True, exist_ok=True)
+        if not os.access(self.output_dir, os.W_OK):
+            raise PermissionError(f"Prediction output directory {self.output_dir} is not writable")
+        existing = prediction_files(self.output_dir, trainer.global_rank)
+        if existing and not self.overwrite:
+            raise FileExistsError(
+                f"{self.output_dir} already holds predictions of rank {trainer.global_rank} "
+                f"({existing[0].name}, ...); choose another directory or pass overwrite=True"
+            )
+        for path in existing:
+            path.unlink()
+
+    @override
+    def on_predict_batch_end(
+        self,
+        trainer: pl.Trainer,
+        pl_module: pl.LightningModule,
+        outputs: Any,
+        batch: Any,
+        batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:
+        if outputs is None or not self.groups.holds_full_output():
+            return
+        prediction = self._checked(outputs)
+        if self.interval == WriteInterval.BATCH:
+            self._write(prediction, f"predictions_rank{trainer.global_rank}_batch{batch_idx}.safetensors")
+        else:
+            self._pending.append(prediction)
+
+    @override
+    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.interval == WriteInterval.EPOCH and self._pending:
+            self._write(batch_collator(self._pending), f"predictions_rank{trainer.global_rank}.safetensors")
+        self._pending = []
+
+    def _checked(self, outputs: Any) -> dict[str, torch.Tensor]:
+        if not isinstance(outputs, Mapping) or not all(
+            isinstance(v, torch.Tensor) or v is None for v in outputs.values()
+        ):
+            raise TypeError(
+                "PredictionWriter writes flat dicts of tensors; got "
+                f"{type(outputs).__name__}" + (f" with keys {sorted(outputs)}" if isinstance(outputs, Mapping) else "")
+            )
+        if self.index_key not in outputs or outputs[self.index_key] is None:
+            raise KeyError(
+                f"Prediction has no {self.index_key!r} (sample positions needed to restore input order); "
+                f"keys are {sorted(outputs)}. Put the index in the batch under {self.index_key!r}."
+            )
+        return {k: v.detach().to("cpu") for k, v in outputs.items() if v is not None}
+
+    def _write(self, prediction: Mapping[str, torch.Tensor], name: str) -> None:
+        tensors = {k: v.contiguous() for k, v in prediction.items()}
+        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.output_dir)
+        os.close(fd)
+        try:
+            save_file(tensors, tmp, metadata={"index_key": self.index_key})
+            os.replace(tmp, self.output_dir / name)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+
+def merge_predictions(
+    output_dir: str | os.PathLike[str],
+    index_key: str = DEFAULT_INDEX_KEY,
+    batch_dim_key_defaults: Mapping[str, int] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Load every rank's prediction files from ``output_dir`` and return one batch in input order.
+
+    Samples are sorted by ``index_key``; a sample predicted twice (distributed samplers repeat samples to
+    even out shards) is kept once. Ragged sequence lengths are right-padded as in :func:`batch_collator`.
+
+    Args:
+        output_dir: Directory a :class:`PredictionWriter` wrote into.
+        index_key: Key of the sample positions.
+        batch_dim_key_defaults: Batch dimension per key (``None``: ``token_logits`` is ``[s, b, v]``).
+
+    Raises:
+        FileNotFoundError: No prediction file in ``output_dir``.
+    """
+    files = prediction_files(output_dir)
+    if not files:
+        raise FileNotFoundError(f"No predictions_rank*.safetensors files in {output_dir}")
+    batch_dims = dict(DEFAULT_BATCH_DIMS) if batch_dim_key_defaults is None else dict(batch_dim_key_defaults)
+    merged = batch_collator([load_file(path) for path in files], batch_dim_key_defaults=batch_dims)
+    if index_key not in merged:
+        raise KeyError(f"Prediction files in {output_dir} have no {index_key!r}; keys are {sorted(merged)}")
+    index = merged[index_key].long().flatten()
+    order = torch.argsort(index, stable=True)
+    sorted_index = index[order]
+    keep = torch.ones_like(sorted_index, dtype=torch.bool)
+    keep[1:] = sorted_index[1:] != sorted_index[:-1]
+    order = order[keep]
+    return {key: value.index_select(batch_dims.get(key, 0), order) for key, value in merged.items()}

@@ -1,0 +1,119 @@
+"""A datamodule that serves map-style datasets under MegatronStrategy and Lightning's own strategies alike."""
+
+from collections.abc import Callable
+from typing import Any
+
+from megatron.core.num_microbatches_calculator import get_num_microbatches
+from nemo.lightning.data import WrappedDataLoader
+from nemo.lightning.pytorch.plugins import MegatronDataSampler
+from torch.utils.data import Dataset
+from typing_extensions import override
+
+import lightning.pytorch as pl
+
+__all__ = ["MegatronDataModule"]
+
+
+class MegatronDataModule(pl.LightningDataModule):
+    """Train / validation / test / predict datasets with megatron's micro-batch and global-batch sizes.
+
+    Under ``MegatronStrategy`` its ``data_sampler`` (a NeMo ``MegatronDataSampler``) sets the micro-batches
+    per step and shards the data over data-parallel ranks; dataloaders are NeMo ``WrappedDataLoader``s whose
+    mode decides ``drop_last`` (train/validation) and keeps every predict sample. Int ``limit_*_batches`` and
+    ``num_sanity_val_steps`` are counted in steps, as with plain Lightning (NeMo counts micro-batches).
+    Under Lightning's own strategies the same loaders are ordinary DataLoaders of ``micro_batch_size``.
+
+    Predict batches keep input order within each rank; to merge ranks back into input order, give every
+    sample its position (e.g. ``sample_index``) and use :class:`bionemo.callbacks.PredictionWriter`.
+
+    Args:
+        train: Training dataset, or ``None``.
+        val: Validation dataset, or ``None``.
+        test: Test dataset, or ``None``.
+        predict: Prediction dataset, or ``None``.
+        micro_batch_size: Samples per micro-batch (per data-parallel rank).
+        global_batch_size: Samples per optimizer step over all data-parallel ranks under MegatronStrategy;
+            a multiple of ``micro_batch_size`` times the data-parallel size. ``None`` means
+            ``micro_batch_size`` (one data-parallel rank, one micro-batch per step).
+        seq_length: Sequence length megatron's pipeline schedule uses for its buffers.
+        num_workers: DataLoader worker processes.
+        collate_fn: Batch collate function (default: torch's ``default_collate``).
+        shuffle_train: Shuffle the training data (megatron's random sampler under MegatronStrategy).
+    """
+
+    def __init__(
+        self,
+        *,
+        train: Dataset | None = None,
+        val: Dataset | None = None,
+        test: Dataset | None = None,
+        predict: Dataset | None = None,
+        micro_batch_size: int,
+        global_batch_size: int | None = None,
+        seq_length: int,
+        num_workers: int = 0,
+        collate_fn: Callable[[list[Any]], Any] | None = None,
+        shuffle_train: bool = False,
+    ) -> None:
+        super().__init__()
+        if micro_batch_size < 1:
+            raise ValueError(f"micro_batch_size must be at least 1, got {micro_batch_size}")
+        if global_batch_size is not None and global_batch_size % micro_batch_size:
+            raise ValueError(
+                f"global_batch_size={global_batch_size} must be a multiple of micro_batch_size={micro_batch_size}"
+            )
+        self.datasets = {"train": train, "validation": val, "test": test, "predict": predict}
+        self.micro_batch_size = micro_batch_size
+        self.num_workers = num_workers
+        self.collate_fn = collate_fn
+        self.shuffle_train = shuffle_train
+        self.data_sampler = MegatronDataSampler(
+            seq_len=seq_length,
+            micro_batch_size=micro_batch_size,
+            global_batch_size=global_batch_size or micro_batch_size,
+            dataloader_type="cyclic" if shuffle_train else "single",
+        )
+        self._scaled: set[str] = set()
+
+    def _loader(self, mode: str) -> WrappedDataLoader:
+        dataset = self.datasets[mode]
+        if dataset is None:
+            raise ValueError(f"MegatronDataModule has no {mode} dataset; pass {mode.replace('validation', 'val')}=")
+        return WrappedDataLoader(
+            mode=mode,
+            dataset=dataset,
+            batch_size=self.micro_batch_size,
+            num_workers=self.num_workers,
+            collate_fn=self.collate_fn,
+            shuffle=self.shuffle_train and mode == "train",
+            persistent_workers=False,
+        )
+
+    @override
+    def train_dataloader(self) -> Any:
+        return self._loader("train")
+
+    @override
+    def val_dataloader(self) -> Any:
+        return self._loader("validation")
+
+    @override
+    def test_dataloader(self) -> Any:
+        return self._loader("test")
+
+    @override
+    def predict_dataloader(self) -> Any:
+        return self._loader("predict")
+
+    def reconfigure_limit_batches(self) -> None:
+        """NeMo hook (called by MegatronStrategy's set-up): count int batch limits in steps, not micro-batches."""
+        trainer = self.trainer
+        if trainer is None:
+            return
+        micro_batches = get_num_microbatches()
+        for name in ("limit_val_batches", "limit_test_batches", "num_sanity_val_steps"):
+            value = getattr(trainer, name)
+            if name in self._scaled or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                continue
+            setattr(trainer, name, value * micro_batches)
+            self._scaled.add(name)

@@ -1,0 +1,126 @@
+"""What NeMo 2.7.3's ``MegatronStrategy`` needs handled so that ``BionemoLightningModule`` just works.
+
+``BionemoLightningModule.configure_callbacks`` adds :class:`MegatronCompatCallback` to every trainer; it
+does nothing unless the trainer's strategy is a ``MegatronStrategy``. Each fix names the measured problem
+(see STACK.md, "Measured on 2 x H200"):
+
+1. ``MegatronStep.adjust_tensor_shapes_fn`` imports ``nemo.collections.llm`` (HF datasets, modelopt) on every
+   step. For PP=1 or forward-only steps the original returns ``None`` without looking at anything else; we
+   return ``None`` there without the import (and also for PP>1 when that package cannot be imported, since
+   then no distillation can be configured).
+2. ``MegatronDataSampler.on_megatron_step_end`` logs in predict, which Lightning forbids: its
+   ``output_log`` is switched off for prediction.
+3. An int ``limit_val_batches`` / ``num_sanity_val_steps`` counts micro-batches under MegatronStrategy;
+   below the micro-batches per step validation silently never ran. At ``fit`` start they are scaled to
+   steps, unless the datamodule does this itself in NeMo's ``reconfigure_limit_batches`` hook (as
+   :class:`bionemo.lightning.data.MegatronDataModule` does, for every stage).
+4. Forked DataLoader workers died on CUDA garbage left from fit: garbage is collected before predict.
+5. ``MegatronStrategy.save_checkpoint`` / ``load_checkpoint`` import
+   ``nemo.collections.llm.modelopt.model_utils``; with ``nemo_toolkit[core]`` that import fails. When it
+   does, stand-ins that save and restore no ModelOpt state are registered (a model built by a bionemo
+   config has none).
+"""
+
+import dataclasses
+import gc
+import sys
+import types
+from typing import Any
+
+from megatron.core import parallel_state
+from typing_extensions import override
+
+import lightning.pytorch as pl
+from bionemo.lightning._nemo import MegatronStep, MegatronStrategy
+
+__all__ = ["MegatronCompatCallback", "install_modelopt_stand_ins"]
+
+
+class _StepWithoutDistillationShapes(MegatronStep):
+    """A ``MegatronStep`` whose ``adjust_tensor_shapes_fn`` skips the ``nemo.collections.llm`` import when unused."""
+
+    @property
+    def adjust_tensor_shapes_fn(self) -> Any:  # type: ignore[override]
+        """``None`` unless pipeline-parallel training might use distillation shapes (see module docstring)."""
+        if self.forward_only or parallel_state.get_pipeline_model_parallel_world_size() == 1:
+            return None
+        try:
+            return super().adjust_tensor_shapes_fn
+        except ImportError:
+            return None
+
+
+class MegatronCompatCallback(pl.Callback):
+    """Handles MegatronStrategy's rough edges for ``BionemoLightningModule`` (see the module docstring)."""
+
+    def on_megatron_step_start(self, step: MegatronStep) -> MegatronStep:
+        """Swap in a step whose distillation-shape hook does not import ``nemo.collections.llm``."""
+        if isinstance(step, _StepWithoutDistillationShapes):
+            return step
+        values = {field.name: getattr(step, field.name) for field in dataclasses.fields(step)}
+        return _StepWithoutDistillationShapes(**values)
+
+    @override
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if _is_megatron(trainer):
+            install_modelopt_stand_ins()
+
+    @override
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if _is_megatron(trainer):
+            _scale_limits_to_steps(trainer, ("limit_val_batches", "num_sanity_val_steps"))
+
+    @override
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not _is_megatron(trainer):
+            return
+        sampler = getattr(trainer.strategy, "data_sampler", None)
+        if sampler is not None and hasattr(sampler, "output_log"):
+            sampler.output_log = False
+        gc.collect()
+
+
+def _is_megatron(trainer: pl.Trainer) -> bool:
+    return isinstance(trainer.strategy, MegatronStrategy)
+
+
+def _scale_limits_to_steps(trainer: pl.Trainer, names: tuple[str, ...]) -> None:
+    """Multiply int limits by the micro-batches per step, once per trainer."""
+    datamodule = getattr(trainer, "datamodule", None)
+    if datamodule is not None and hasattr(datamodule, "reconfigure_limit_batches"):
+        return  # NeMo-style datamodules scale the limits themselves
+    sampler = getattr(trainer.strategy, "data_sampler", None)
+    micro_batches = getattr(sampler, "num_microbatches", None) or 1
+    done: set[str] = trainer.__dict__.setdefault("_bionemo_scaled_limits", set())
+    for name in names:
+        value = getattr(trainer, name)
+        if name in done or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            continue
+        setattr(trainer, name, value * micro_batches)
+        done.add(name)
+
+
+def install_modelopt_stand_ins() -> bool:
+    """Register no-op ``save_modelopt_state`` / ``restore_modelopt_state`` if NeMo's cannot be imported.
+
+    Returns:
+        ``True`` when the stand-ins were installed, ``False`` when the real module imports (or they already are).
+    """
+    name = "nemo.collections.llm.modelopt.model_utils"
+    if name in sys.modules:
+        return False
+    try:
+        __import__(name)
+        return False
+    except ImportError:
+        pass
+    for parent in ("nemo.collections.llm", "nemo.collections.llm.modelopt"):
+        if parent not in sys.modules or not hasattr(sys.modules[parent], "__path__"):
+            package = types.ModuleType(parent, "bionemo stand-in: the real package cannot be imported")
+            package.__path__ = []
+            sys.modules[parent] = package
+    module = types.ModuleType(name, "bionemo stand-in: models built by bionemo configs carry no ModelOpt state")
+    module.save_modelopt_state = lambda *args, **kwargs: None  # type: ignore[attr-defined]
+    module.restore_modelopt_state = lambda *args, **kwargs: None  # type: ignore[attr-defined]
+    sys.modules[name] = module
+    return True

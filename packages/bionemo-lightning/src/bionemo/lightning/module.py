@@ -1,0 +1,297 @@
+"""BionemoLightningModule: one LightningModule for megatron-core models, under MegatronStrategy or Lightning's own."""
+
+import dataclasses
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Generic
+
+import torch
+from typing_extensions import override
+
+import lightning.pytorch as pl
+from bionemo.callbacks import DEFAULT_INDEX_KEY
+from bionemo.core import BionemoTrainableModelConfig, DataStep, ForwardStep, LossT, ModelT
+from bionemo.lightning._nemo import CallbackConnector, MegatronOptimizerModule, MegatronStrategy, io
+from bionemo.lightning._parallel_init import ensure_model_parallel
+from bionemo.lightning.megatron_compat import MegatronCompatCallback
+from bionemo.lightning.optimizer import torch_optimizer_from_config
+from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
+from bionemo.losses import ParallelGroups, all_reduce_sum
+
+__all__ = ["BionemoLightningModule"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _LightningStep:
+    """What megatron-event callbacks read of a step when Lightning's own strategy drives the module."""
+
+    trainer: pl.Trainer
+    pl_module: pl.LightningModule
+    num_microbatches: int = 1
+
+
+class BionemoLightningModule(
+    pl.LightningModule,
+    io.IOMixin,
+    io.ConnectorMixin,
+    LightningPassthroughPredictionMixin,
+    Generic[ModelT, LossT],
+):
+    """A LightningModule for megatron-core models that follows NeMo 2 conventions.
+
+    **Under NeMo's MegatronStrategy** (GPUs; TP/PP/CP/DP) the strategy runs the micro-batch loop: it calls
+    :meth:`data_step`, then ``training_step(batch)`` / ``validation_step(batch)`` / ``predict_step(batch)`` as
+    the forward step of the last pipeline stage (:meth:`forward_step` on other stages), then the
+    ``*_loss_reduction()`` of the step. Those steps return the model output, and the reduction makes the loss.
+
+    **Under Lightning's own strategies** (CPU, one device, DDP) Lightning hands each step a batch; the
+    module applies its ``data_step``, ``forward_step`` and loss reduction itself and returns the loss, and
+    fires the same ``on_megatron_reduce_microbatches_end`` callback hook, so callbacks such as
+    :class:`bionemo.callbacks.PerplexityLoggingCallback` work under both. The connected optimizer module's
+    ``OptimizerConfig`` is honoured with the matching torch optimizer and its ``clip_grad``.
+
+    Args:
+        config: Builds the model (``configure_model(**model_construct_args)``) and names the loss reduction
+            class. Under MegatronStrategy it must also be a megatron ``TransformerConfig``.
+        forward_step: ``forward_step(model, batch) -> output``.
+        data_step: ``data_step(dataloader_iter) -> batch``: takes one micro-batch, ready for the model.
+        optimizer: A NeMo ``MegatronOptimizerModule``; ``connect``-ed to this module here.
+        model_transform: Applied to the model right after it is built (PEFT/LoRA adapters, freezing, ...);
+            its return value replaces the model, ``None`` meaning it changed the model in place.
+        **model_construct_args: Passed to ``config.configure_model``.
+    """
+
+    def __init__(
+        self,
+        config: BionemoTrainableModelConfig[ModelT, LossT],
+        forward_step: ForwardStep,
+        data_step: DataStep,
+        optimizer: MegatronOptimizerModule,
+        model_transform: Callable[[ModelT], ModelT | None] | None = None,
+        **model_construct_args: Any,
+    ) -> None:
+        super().__init__()
+        self.config = config
+        self.module_construct_args: dict[str, Any] = model_construct_args
+        # Megatron builds the model inside configure_model(); NeMo expects it under `module`.
+        self.module: ModelT | None = None
+        self.loss_reduction_class: type[LossT] = config.get_loss_reduction_class()
+        self._forward_step = forward_step
+        self._data_step = data_step
+        # Stored privately: NeMo treats a public `model_transform` as one its ModelTransform callback applies.
+        self._model_transform = model_transform
+        self.optim = optimizer
+        self.optim.connect(self)
+        # connect() binds the Megatron optimizer factory as an instance attribute; keep it and dispatch in
+        # configure_optimizers() so Lightning's own strategies get a torch optimizer instead.
+        self._megatron_configure_optimizers = self.__dict__.pop("configure_optimizers")
+
+    def io_transform_args(self, init_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
+        """Capture the init arguments for NeMo checkpoints, with ``**model_construct_args`` flattened.
+
+        NeMo's capture stores var-keyword arguments under their parameter name, so ``io.reinit`` would call
+        ``__init__(..., model_construct_args={...})`` and nest them one level deeper each round trip.
+        """
+        captured = super().io_transform_args(init_fn, *args, **kwargs)
+        for key, value in (captured.pop("model_construct_args", None) or {}).items():
+            # Convert each value the way NeMo converts a named argument (IO objects, dataclasses).
+            captured[key] = super().io_transform_args(_one_argument, value)["value"]
+        return captured
+
+    # --- model -----------------------------------------------------------------------------------------
+
+    @override
+    def configure_model(self) -> None:
+        """Build the model from the config once (later calls do nothing), then apply ``model_transform``.
+
+        Raises:
+            ValueError: When ``config.configure_model`` returns ``None``.
+        """
+        if self.module is not None:
+            return
+        if not self._megatron_driven():
+            ensure_model_parallel()
+        model = self.config.configure_model(**self.module_construct_args)
+        if model is None:
+            raise ValueError(f"{type(self.config).__name__}.configure_model() returned None; it must return the model")
+        if self._model_transform is not None:
+            transformed = self._model_transform(model)
+            model = model if transformed is None else transformed
+        self.module = model
+
+    @override
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the underlying model with the given arguments and return its output."""
+        self.configure_model()
+        assert self.module is not None
+        return self.module(*args, **kwargs)
+
+    def data_step(self, dataloader_iter: Iterator[Any]) -> Any:
+        """Take one micro-batch from ``dataloader_iter`` and prepare it with the configured ``data_step``."""
+        return self._data_step(_batches_only(dataloader_iter))
+
+    def forward_step(self, batch: Any) -> Any:
+        """Run the configured ``forward_step(model, batch)`` and return the model output (not a loss)."""
+        self.configure_model()
+        return self._forward_step(self.module, batch)
+
+    # --- steps -----------------------------------------------------------------------------------------
+
+    @override
+    def training_step(self, batch: Any, batch_idx: int | None = None) -> Any:
+        """Megatron: the model output for this micro-batch. Lightning: the loss to minimize."""
+        if self._megatron_driven():
+            return self.forward_step(batch)
+        loss, mean = self._run_step(batch, self.training_loss_reduction())
+        self.log("reduced_train_loss", mean, prog_bar=True, batch_size=1)
+        return loss
+
+    @override
+    def validation_step(self, batch: Any, batch_idx: int | None = None) -> Any:
+        """Megatron: the model output for this micro-batch. Lightning: the reduced validation loss."""
+        if self._megatron_driven():
+            return self.forward_step(batch)
+        with torch.no_grad():
+            _, mean = self._run_step(batch, self.validation_loss_reduction())
+        self.log("val_loss", mean, prog_bar=True, on_epoch=True, batch_size=1)
+        return mean
+
+    @override
+    def test_step(self, batch: Any, batch_idx: int | None = None) -> Any:
+        """Megatron: the model output for this micro-batch. Lightning: the reduced test loss."""
+        if self._megatron_driven():
+            return self.forward_step(batch)
+        with torch.no_grad():
+            _, mean = self._run_step(batch, self.test_loss_reduction())
+        self.log("test_loss", mean, on_epoch=True, batch_size=1)
+        return mean
+
+    @override
+    def predict_step(self, batch: Any, batch_idx: int | None = None, dataloader_idx: int | None = None) -> Any:
+        """The model output; an empty batch predicts nothing (``None``).
+
+        When the output is a dict and the batch carries ``sample_index`` (each sample's input position), the
+        output carries it too, so predictions from several ranks can be put back into input order.
+        """
+        if not self._megatron_driven():
+            batch = self.data_step(iter([batch]))
+        if _is_empty(batch):
+            return None
+        output = self.forward_step(batch)
+        if isinstance(output, Mapping) and isinstance(batch, Mapping) and DEFAULT_INDEX_KEY in batch:
+            output = {**output, DEFAULT_INDEX_KEY: batch[DEFAULT_INDEX_KEY]}
+        if self._megatron_driven():
+            return output
+        reduction = self.predict_loss_reduction()
+        _, reduced = reduction.forward(batch, output)
+        return reduction.reduce([reduced])
+
+    # --- loss reductions -------------------------------------------------------------------------------
+
+    def training_loss_reduction(self) -> LossT:
+        """The config's loss reduction, built for training."""
+        return self.loss_reduction_class()
+
+    def validation_loss_reduction(self) -> LossT:
+        """The config's loss reduction class built with ``validation_step=True``."""
+        return self.loss_reduction_class(validation_step=True)  # type: ignore[call-arg]
+
+    def test_loss_reduction(self) -> LossT:
+        """The config's loss reduction class built with ``validation_step=True``."""
+        return self.loss_reduction_class(validation_step=True)  # type: ignore[call-arg]
+
+    # --- optimizers and callbacks ----------------------------------------------------------------------
+
+    @override
+    def configure_optimizers(self, megatron_parallel: Any = None) -> Any:
+        """Megatron: the connected ``MegatronOptimizerModule``'s optimizer. Lightning: the matching torch one."""
+        if self._megatron_driven():
+            return self._megatron_configure_optimizers(megatron_parallel=megatron_parallel)
+        optimizer = torch_optimizer_from_config(self.optim.config, self.parameters())
+        scheduler = getattr(self.optim, "lr_scheduler", None)
+        return scheduler(self, optimizer) if scheduler is not None else optimizer
+
+    @override
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip gradients to the optimizer config's ``clip_grad`` unless the Trainer sets its own clipping.
+
+        Under MegatronStrategy megatron's optimizer clips by ``clip_grad`` itself, so nothing happens here.
+        """
+        if self._megatron_driven():
+            return
+        clip = gradient_clip_val if gradient_clip_val is not None else getattr(self.optim.config, "clip_grad", 0.0)
+        if clip:
+            self.clip_gradients(
+                optimizer, gradient_clip_val=clip, gradient_clip_algorithm=gradient_clip_algorithm or "norm"
+            )
+
+    @override
+    def configure_callbacks(self) -> Sequence[pl.Callback]:
+        """Add :class:`MegatronCompatCallback` (inactive off MegatronStrategy) unless the trainer has one."""
+        if self._trainer is not None and any(isinstance(cb, MegatronCompatCallback) for cb in self.trainer.callbacks):
+            return []
+        return [MegatronCompatCallback()]
+
+    # --- internals -------------------------------------------------------------------------------------
+
+    def _megatron_driven(self) -> bool:
+        trainer = self._trainer
+        return trainer is not None and isinstance(trainer.strategy, MegatronStrategy)
+
+    def _run_step(self, batch: Any, reduction: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """One micro-batch under a Lightning strategy: data step, forward, loss reduction, callback hook.
+
+        Returns the loss to back-propagate and the reduced (global mean) loss to log. For a reduction
+        returning ``(loss_sum, num_tokens, reduced)`` the loss is scaled so that DDP's gradient average is the
+        gradient of the global token-weighted mean.
+        """
+        batch = self.data_step(iter([batch]))
+        output = self.forward_step(batch)
+        result = reduction.forward(batch, output)
+        if len(result) == 3:
+            loss_sum, num_tokens, reduced = result
+            groups = ParallelGroups.current()
+            total = all_reduce_sum(num_tokens.detach().to(torch.float32).clone(), groups.data_context)
+            loss = loss_sum * groups.data_context_size() / total.clamp(min=1.0)
+        else:
+            loss, reduced = result
+        mean = reduction.reduce([reduced])
+        if self._trainer is not None:
+            CallbackConnector(self.trainer.callbacks).event(
+                "on_megatron_reduce_microbatches_end",
+                step=_LightningStep(self.trainer, self),
+                loss_reduction=reduction,
+                microbatch_outputs=[reduced],
+                reduced=mean,
+            )
+        return loss, mean
+
+
+def _one_argument(self: Any, value: Any) -> None:
+    """A signature with one named argument, for converting a single value through NeMo's capture."""
+
+
+def _batches_only(dataloader_iter: Iterator[Any]) -> Iterator[Any]:
+    """Yield plain batches from Lightning's dataloader-iter fetcher, which yields (batch, idx, dataloader_idx)."""
+    from lightning.pytorch.loops.fetchers import _DataFetcherWrapper
+
+    if isinstance(dataloader_iter, _DataFetcherWrapper):
+        return (item[0] for item in dataloader_iter)
+    return dataloader_iter
+
+
+def _is_empty(batch: Any) -> bool:
+    if batch is None:
+        return True
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() == 0
+    if isinstance(batch, Mapping | list | tuple):
+        if len(batch) == 0:
+            return True
+        first = next(iter(batch.values())) if isinstance(batch, Mapping) else batch[0]
+        return isinstance(first, torch.Tensor) and first.dim() > 0 and first.shape[0] == 0
+    return False

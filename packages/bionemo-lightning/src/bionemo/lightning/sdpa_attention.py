@@ -1,0 +1,83 @@
+"""A megatron-core core-attention module that calls torch's ``scaled_dot_product_attention``.
+
+Put it into a layer spec (``spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention``)
+to run megatron-core transformer layers without Transformer Engine: on CPU (megatron's own
+``DotProductAttention`` needs CUDA) and on GPUs, where torch dispatches to its fused flash / memory-efficient
+kernels instead of megatron's unfused local attention.
+"""
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+__all__ = ["SDPACoreAttention"]
+
+
+class SDPACoreAttention(MegatronModule):
+    """Core attention (softmax(QK^T / sqrt(d)) V) through ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Takes megatron's ``[s, b, heads, head_dim]`` query/key/value (heads local to this tensor-parallel rank;
+    fewer key/value heads for grouped-query attention) and returns ``[s, b, heads * head_dim]``.
+    ``attention_mask`` follows megatron: boolean, ``True`` where attention is *not* allowed, broadcastable to
+    ``[b, heads, s_q, s_k]``. Causal masking comes from ``attn_mask_type``. Context parallelism and packed
+    sequences are not supported by this module.
+    """
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        layer_number: int,
+        attn_mask_type: AttnMaskType,
+        attention_type: str,
+        attention_dropout: float | None = None,
+        softmax_scale: float | None = None,
+        cp_comm_type: str | None = None,
+        pg_collection: Any = None,
+    ) -> None:
+        super().__init__(config=config)
+        if config.context_parallel_size > 1:
+            raise ValueError(
+                f"SDPACoreAttention does not support context_parallel_size={config.context_parallel_size}; "
+                "use 1 or Transformer Engine attention"
+            )
+        self.attn_mask_type = attn_mask_type
+        self.dropout_p = config.attention_dropout if attention_dropout is None else attention_dropout
+        self.softmax_scale = softmax_scale
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attn_mask_type: AttnMaskType | None = None,
+        attention_bias: torch.Tensor | None = None,
+        packed_seq_params: Any = None,
+    ) -> torch.Tensor:
+        """Attend ``query`` over ``key``/``value``; see the class docstring for shapes and the mask."""
+        if packed_seq_params is not None:
+            raise ValueError("SDPACoreAttention does not support packed sequences (packed_seq_params)")
+        mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
+        seq, batch, heads, head_dim = query.shape
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, h, s, d]
+        mask = None
+        if attention_bias is not None:
+            mask = attention_bias
+        if attention_mask is not None and mask_type != AttnMaskType.causal:
+            allowed = ~attention_mask.bool()
+            mask = allowed if mask is None else mask.masked_fill(~allowed, float("-inf"))
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=mask,
+            dropout_p=self.dropout_p if self.training else 0.0,
+            is_causal=mask_type == AttnMaskType.causal and mask is None,
+            scale=self.softmax_scale,
+            enable_gqa=k.shape[1] != heads,
+        )
+        return out.permute(2, 0, 1, 3).reshape(seq, batch, heads * head_dim)
