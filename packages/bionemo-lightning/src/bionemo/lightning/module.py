@@ -172,10 +172,10 @@ class BionemoLightningModule(
         When the output is a dict and the batch carries ``sample_index`` (each sample's input position), the
         output carries it too, so predictions from several ranks can be put back into input order.
         """
-        if not self._megatron_driven():
-            batch = self.data_step(iter([batch]))
         if _is_empty(batch):
             return None
+        if not self._megatron_driven():
+            batch = self.data_step(iter([batch]))
         output = self.forward_step(batch)
         if isinstance(output, Mapping) and isinstance(batch, Mapping) and DEFAULT_INDEX_KEY in batch:
             output = {**output, DEFAULT_INDEX_KEY: batch[DEFAULT_INDEX_KEY]}
