@@ -57,8 +57,8 @@ def test_train_validate_checkpoint_reload_predict(tmp_path, devices, tp):
     assert "val_ppl" in metrics, metrics
     assert metrics["val_ppl"] == pytest.approx(math.exp(metrics["val_loss"]), rel=1e-3)
     assert "train_ppl" in metrics
-    assert record["pred_trained_index"] == list(range(N_PREDICT))
-    assert record["pred_reloaded_index"] == list(range(N_PREDICT))
+    assert record["merge_pred_trained"]["index"] == list(range(N_PREDICT))
+    assert record["merge_pred_reloaded"]["index"] == list(range(N_PREDICT))
     trained = torch.load(tmp_path / "pred_trained.pt", weights_only=True)
     reloaded = torch.load(tmp_path / "pred_reloaded.pt", weights_only=True)
     assert trained["token_logits"].shape == (32, N_PREDICT, 64)

@@ -46,6 +46,17 @@ class StepRecorder(pl.Callback):
         self.losses.append(float(loss))
 
 
+class PredictProbe(pl.Callback):
+    """Records what the predict loop hands to callbacks (diagnostics for the record)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        keys = sorted(outputs) if isinstance(outputs, dict) else None
+        self.calls.append({"batch_idx": batch_idx, "type": type(outputs).__name__, "keys": keys})
+
+
 def make_module(lr: float) -> BionemoLightningModule:
     config = TinyGPTConfig(
         vocab_size=VOCAB,
@@ -140,8 +151,17 @@ def main() -> None:
         return {"path": str(saved), "entries": sorted(p.name for p in saved.iterdir()) if saved.is_dir() else "file"}
 
     def predict_trained():
-        writer = PredictionWriter(args.out_dir / "pred_trained")
-        make_trainer(args, False, [writer]).predict(module, datamodule=datamodule, return_predictions=False)
+        writer, probe = PredictionWriter(args.out_dir / "pred_trained"), PredictProbe()
+        predictor = make_trainer(args, False, [writer, probe])
+        out = predictor.predict(module, datamodule=datamodule)
+        return {
+            "calls": probe.calls[:3],
+            "n_calls": len(probe.calls),
+            "returned": None if out is None else len(out),
+            "num_predict_batches": str(predictor.num_predict_batches),
+            "writer_pending": len(writer._pending),
+            "holds_full_output": writer.groups.holds_full_output(),
+        }
 
     def predict_reloaded():
         fresh = make_module(lr=3e-3)
@@ -159,10 +179,13 @@ def main() -> None:
             phase(record, "predict_reloaded", predict_reloaded)
     if trainer.global_rank == 0:
         for name in ("pred_trained", "pred_reloaded"):
-            if (args.out_dir / name).exists():
+
+            def merge(name=name):
                 merged = merge_predictions(args.out_dir / name)
                 torch.save(merged, args.out_dir / f"{name}.pt")
-                record[f"{name}_index"] = merged["sample_index"].tolist()
+                return {"index": merged["sample_index"].tolist()}
+
+            phase(record, f"merge_{name}", merge)
         (args.out_dir / "result.json").write_text(json.dumps(record, indent=1))
     failed = [name for name, value in record.items() if isinstance(value, dict) and value.get("ok") is False]
     sys.exit(1 if failed else 0)

@@ -1,12 +1,13 @@
 """A datamodule that serves map-style datasets under MegatronStrategy and Lightning's own strategies alike."""
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
-from megatron.core.num_microbatches_calculator import get_num_microbatches
+from megatron.core import num_microbatches_calculator
 from nemo.lightning.data import WrappedDataLoader
 from nemo.lightning.pytorch.plugins import MegatronDataSampler
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, default_collate
 from typing_extensions import override
 
 import lightning.pytorch as pl
@@ -73,7 +74,36 @@ class MegatronDataModule(pl.LightningDataModule):
             global_batch_size=global_batch_size or micro_batch_size,
             dataloader_type="cyclic" if shuffle_train else "single",
         )
+        self.global_batch_size = global_batch_size or micro_batch_size
         self._scaled: set[str] = set()
+
+    @override
+    def setup(self, stage: str) -> None:
+        """Predict one micro-batch per step; other stages use ``global_batch_size``.
+
+        Under MegatronStrategy a step consumes ``global / (micro x data-parallel)`` micro-batches; in
+        prediction the last step would come up short and its samples would be lost, so prediction runs one
+        micro-batch per data-parallel rank per step.
+        """
+        trainer = self.trainer
+        strategy = getattr(trainer, "strategy", None)
+        if trainer is None or not hasattr(strategy, "tensor_model_parallel_size"):
+            return
+        model_parallel = (
+            strategy.tensor_model_parallel_size  # type: ignore[union-attr]
+            * strategy.pipeline_model_parallel_size  # type: ignore[union-attr]
+            * strategy.context_parallel_size  # type: ignore[union-attr]
+        )
+        data_parallel = max(1, trainer.world_size // model_parallel)
+        global_batch_size = self.micro_batch_size * data_parallel if stage == "predict" else self.global_batch_size
+        self.data_sampler.global_batch_size = global_batch_size
+        # megatron keeps one process-wide micro-batch calculator, and NeMo refuses to re-initialize it with a
+        # different global batch size (e.g. predicting in the process that trained): reset it first.
+        if (
+            num_microbatches_calculator._GLOBAL_NUM_MICROBATCHES_CALCULATOR is not None
+            and num_microbatches_calculator.get_current_global_batch_size() != global_batch_size
+        ):
+            num_microbatches_calculator.unset_num_microbatches_calculator()
 
     def _loader(self, mode: str) -> WrappedDataLoader:
         dataset = self.datasets[mode]
@@ -84,7 +114,7 @@ class MegatronDataModule(pl.LightningDataModule):
             dataset=dataset,
             batch_size=self.micro_batch_size,
             num_workers=self.num_workers,
-            collate_fn=self.collate_fn,
+            collate_fn=functools.partial(_collate_or_none, self.collate_fn or default_collate),
             shuffle=self.shuffle_train and mode == "train",
             persistent_workers=False,
         )
@@ -110,10 +140,15 @@ class MegatronDataModule(pl.LightningDataModule):
         trainer = self.trainer
         if trainer is None:
             return
-        micro_batches = get_num_microbatches()
+        micro_batches = num_microbatches_calculator.get_num_microbatches()
         for name in ("limit_val_batches", "limit_test_batches", "num_sanity_val_steps"):
             value = getattr(trainer, name)
             if name in self._scaled or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 continue
             setattr(trainer, name, value * micro_batches)
             self._scaled.add(name)
+
+
+def _collate_or_none(collate: Callable[[list[Any]], Any], samples: list[Any]) -> Any:
+    """Collate ``samples``; ``None`` for none (a rank's empty share of the last, partial predict batch)."""
+    return collate(samples) if samples else None

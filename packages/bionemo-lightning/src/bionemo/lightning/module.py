@@ -1,10 +1,13 @@
 """BionemoLightningModule: one LightningModule for megatron-core models, under MegatronStrategy or Lightning's own."""
 
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic
 
 import torch
+from megatron.core.distributed import DistributedDataParallel
+from megatron.core.transformer.module import Float16Module
 from typing_extensions import override
 
 import lightning.pytorch as pl
@@ -126,13 +129,35 @@ class BionemoLightningModule(
         return self.module(*args, **kwargs)
 
     def data_step(self, dataloader_iter: Iterator[Any]) -> Any:
-        """Take one micro-batch from ``dataloader_iter`` and prepare it with the configured ``data_step``."""
-        return self._data_step(_batches_only(dataloader_iter))
+        """Take one micro-batch from ``dataloader_iter`` and prepare it with the configured ``data_step``.
+
+        An empty micro-batch (a data-parallel rank's share of the last, partial predict batch) is returned
+        as ``None`` without calling ``data_step``; it predicts nothing.
+        """
+        batches = _batches_only(dataloader_iter)
+        first = next(batches)
+        if _is_empty(first):
+            return None
+        return self._data_step(itertools.chain([first], batches))
 
     def forward_step(self, batch: Any) -> Any:
         """Run the configured ``forward_step(model, batch)`` and return the model output (not a loss)."""
         self.configure_model()
         return self._forward_step(self.module, batch)
+
+    def sharded_state_dict(self, prefix: str = "", metadata: dict | None = None, **kwargs: Any) -> dict[str, Any]:
+        """The model's megatron sharded state dict under ``module.``, whatever wraps the model.
+
+        Without this NeMo names the weights after the wrappers: training wraps the model in megatron's DDP,
+        which adds a ``module.`` level, prediction does not, so a checkpoint saved while training could not
+        be loaded for prediction. Unwrapping keeps one naming for both.
+        """
+        self.configure_model()
+        model = self.module
+        while isinstance(model, DistributedDataParallel | Float16Module):
+            model = model.module
+        assert model is not None
+        return model.sharded_state_dict(prefix=f"{prefix}module.", metadata=metadata, **kwargs)
 
     # --- steps -----------------------------------------------------------------------------------------
 
