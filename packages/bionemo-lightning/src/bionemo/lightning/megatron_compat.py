@@ -15,7 +15,11 @@ does nothing unless the trainer's strategy is a ``MegatronStrategy``. Each fix n
    steps, unless the datamodule does this itself in NeMo's ``reconfigure_limit_batches`` hook (as
    :class:`bionemo.lightning.data.MegatronDataModule` does, for every stage).
 4. Forked DataLoader workers died on CUDA garbage left from fit: garbage is collected before predict.
-5. ``MegatronStrategy.save_checkpoint`` / ``load_checkpoint`` import
+5. Lightning 2.4's predict loop, when fed the dataloader iterator (as MegatronStrategy does), raises
+   ``UnboundLocalError: any_on_epoch`` unless ``return_predictions=True``. With ``return_predictions=False``
+   the loop is told to keep predictions, and each kept batch is dropped again before the next one, so
+   memory stays at one batch and ``trainer.predict`` still returns ``None``.
+6. ``MegatronStrategy.save_checkpoint`` / ``load_checkpoint`` import
    ``nemo.collections.llm.modelopt.model_utils``; with ``nemo_toolkit[core]`` that import fails. When it
    does, stand-ins that save and restore no ModelOpt state are registered (a model built by a bionemo
    config has none).
@@ -53,6 +57,10 @@ class _StepWithoutDistillationShapes(MegatronStep):
 class MegatronCompatCallback(pl.Callback):
     """Handles MegatronStrategy's rough edges for ``BionemoLightningModule`` (see the module docstring)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        self._drop_predictions = False
+
     def on_megatron_step_start(self, step: MegatronStep) -> MegatronStep:
         """Swap in a step whose distillation-shape hook does not import ``nemo.collections.llm``."""
         if isinstance(step, _StepWithoutDistillationShapes):
@@ -72,12 +80,35 @@ class MegatronCompatCallback(pl.Callback):
 
     @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._drop_predictions = False
         if not _is_megatron(trainer):
             return
         sampler = getattr(trainer.strategy, "data_sampler", None)
         if sampler is not None and hasattr(sampler, "output_log"):
             sampler.output_log = False
+        if not trainer.predict_loop.return_predictions:
+            trainer.predict_loop.return_predictions = True
+            self._drop_predictions = True
         gc.collect()
+
+    @override
+    def on_predict_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
+        if self._drop_predictions:
+            _clear_kept_predictions(trainer)
+
+    @override
+    def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._drop_predictions:
+            _clear_kept_predictions(trainer)
+            trainer.predict_loop.return_predictions = False
+            self._drop_predictions = False
+
+
+def _clear_kept_predictions(trainer: pl.Trainer) -> None:
+    for kept in trainer.predict_loop._predictions:  # one list per dataloader
+        kept.clear()
 
 
 def _is_megatron(trainer: pl.Trainer) -> bool:
