@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import ProcessRaisedException, start_processes
 
 
 def _free_port() -> int:
@@ -39,8 +39,8 @@ def run_distributed(fn: Callable[..., Any], world_size: int = 2, *args: Any) -> 
     """Call ``fn(rank, world_size, *args)`` in ``world_size`` gloo processes; return their results by rank."""
     with tempfile.TemporaryDirectory() as out_dir:
         # A failing worker's traceback is read from its result file below.
-        with contextlib.suppress(mp.ProcessRaisedException):
-            mp.start_processes(
+        with contextlib.suppress(ProcessRaisedException):
+            start_processes(
                 _worker, args=(world_size, _free_port(), fn, args, out_dir), nprocs=world_size, start_method="spawn"
             )
         results = []

@@ -67,6 +67,7 @@ def ppl_worker(rank, world_size, layout):
     trainer = _Trainer("validate")
     callback.on_validation_epoch_start(trainer, module)
     reduction = MaskedTokenLossReduction(validation_step=True)
+    outputs, reduced = [], None
     for step in range(2):
         outputs = []
         for micro in range(2):

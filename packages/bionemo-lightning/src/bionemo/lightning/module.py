@@ -153,7 +153,7 @@ class BionemoLightningModule(
         be loaded for prediction. Unwrapping keeps one naming for both.
         """
         self.configure_model()
-        model = self.module
+        model: Any = self.module
         while isinstance(model, DistributedDataParallel | Float16Module):
             model = model.module
         assert model is not None
@@ -257,7 +257,7 @@ class BionemoLightningModule(
     @override
     def configure_callbacks(self) -> Sequence[pl.Callback]:
         """Add :class:`MegatronCompatCallback` (inactive off MegatronStrategy) unless the trainer has one."""
-        if self._trainer is not None and any(isinstance(cb, MegatronCompatCallback) for cb in self.trainer.callbacks):
+        if self._trainer is not None and any(isinstance(cb, MegatronCompatCallback) for cb in _callbacks(self.trainer)):
             return []
         return [MegatronCompatCallback()]
 
@@ -286,7 +286,7 @@ class BionemoLightningModule(
             loss, reduced = result
         mean = reduction.reduce([reduced])
         if self._trainer is not None:
-            CallbackConnector(self.trainer.callbacks).event(
+            CallbackConnector(_callbacks(self.trainer)).event(
                 "on_megatron_reduce_microbatches_end",
                 step=_LightningStep(self.trainer, self),
                 loss_reduction=reduction,
@@ -294,6 +294,10 @@ class BionemoLightningModule(
                 reduced=mean,
             )
         return loss, mean
+
+
+def _callbacks(trainer: pl.Trainer) -> list[pl.Callback]:
+    return list(getattr(trainer, "callbacks", []))
 
 
 def _one_argument(self: Any, value: Any) -> None:

@@ -7,6 +7,7 @@ communicated.
 """
 
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 import torch.distributed as dist
@@ -43,10 +44,10 @@ class ParallelGroups:
         if not parallel_state.model_parallel_is_initialized():
             return cls(data_context=dist.group.WORLD)
         return cls(
-            tensor=parallel_state.get_tensor_model_parallel_group(),
-            data_context=parallel_state.get_data_parallel_group(with_context_parallel=True),
-            pipeline=parallel_state.get_pipeline_model_parallel_group(),
-            context=parallel_state.get_context_parallel_group(),
+            tensor=cast(dist.ProcessGroup, parallel_state.get_tensor_model_parallel_group()),
+            data_context=cast(dist.ProcessGroup, parallel_state.get_data_parallel_group(with_context_parallel=True)),
+            pipeline=cast(dist.ProcessGroup, parallel_state.get_pipeline_model_parallel_group()),
+            context=cast(dist.ProcessGroup, parallel_state.get_context_parallel_group()),
             is_last_stage=parallel_state.is_pipeline_last_stage(),
         )
 

@@ -22,7 +22,7 @@ class PassthroughLossReduction(MegatronLossReduction, Generic[DataT]):
     tensors (nested).
     """
 
-    def forward(self, batch: Any, forward_out: DataT | None) -> tuple[torch.Tensor, DataT | None]:
+    def forward(self, batch: Any, forward_out: DataT | None) -> tuple[torch.Tensor, DataT | None]:  # type: ignore[override]
         """Return ``(zeros(1), forward_out)``; ``batch`` is not used.
 
         The zero loss has the dtype and device of the first tensor in ``forward_out`` (CPU float32 when the

@@ -1,0 +1,113 @@
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+import bionemo.callbacks.prediction_writer as writer_module
+from bionemo.callbacks import PredictionWriter, merge_predictions, prediction_files
+from bionemo.losses import ParallelGroups
+
+SINGLE = ParallelGroups()
+
+
+def trainer(rank: int = 0):
+    return SimpleNamespace(global_rank=rank)
+
+
+def prediction(indices, seq=3, vocab=4):
+    index = torch.tensor(indices)
+    # logits [s, b, v] whose values encode the sample index, so order can be checked
+    logits = index.float().view(1, -1, 1).expand(seq, -1, vocab).clone()
+    return {"token_logits": logits, "sample_index": index, "embeddings": index.float().view(-1, 1).repeat(1, 2)}
+
+
+def run_writer(writer, rank, batches):
+    t = trainer(rank)
+    writer.on_predict_start(t, None)
+    for i, batch in enumerate(batches):
+        writer.on_predict_batch_end(t, None, batch, None, i)
+    writer.on_predict_epoch_end(t, None)
+
+
+def test_batch_interval_writes_one_file_per_batch(tmp_path):
+    writer = PredictionWriter(tmp_path, "batch", groups=SINGLE)
+    run_writer(writer, 0, [prediction([0, 1]), prediction([2])])
+    assert [p.name for p in prediction_files(tmp_path)] == [
+        "predictions_rank0_batch0.safetensors",
+        "predictions_rank0_batch1.safetensors",
+    ]
+    loaded = load_file(tmp_path / "predictions_rank0_batch1.safetensors")
+    assert loaded["sample_index"].tolist() == [2]
+
+
+def test_ranks_merge_back_into_input_order_without_duplicates(tmp_path):
+    # Two data-parallel ranks took interleaved shards; the distributed sampler repeated sample 0 to even them out.
+    run_writer(PredictionWriter(tmp_path, "epoch", groups=SINGLE), 0, [prediction([0, 1]), prediction([4])])
+    run_writer(PredictionWriter(tmp_path, "epoch", groups=SINGLE), 1, [prediction([2, 3]), prediction([0])])
+    merged = merge_predictions(tmp_path)
+    assert merged["sample_index"].tolist() == [0, 1, 2, 3, 4]
+    assert merged["token_logits"].shape == (3, 5, 4)
+    assert merged["token_logits"][0, :, 0].tolist() == [0, 1, 2, 3, 4]  # batch dim 1 for token_logits
+    assert merged["embeddings"][:, 0].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_ragged_sequences_are_padded_on_merge(tmp_path):
+    run_writer(PredictionWriter(tmp_path, "batch", groups=SINGLE), 0, [prediction([1], seq=2), prediction([0], seq=5)])
+    merged = merge_predictions(tmp_path)
+    assert merged["token_logits"].shape == (5, 2, 4)
+    assert merged["token_logits"][2:, 1].eq(0).all()  # sample 1 (seq 2) padded with zeros
+
+
+def test_ranks_without_the_full_output_write_nothing(tmp_path):
+    for groups in (ParallelGroups(is_last_stage=False),):
+        run_writer(PredictionWriter(tmp_path, "batch", groups=groups), 0, [prediction([0])])
+    assert prediction_files(tmp_path) == []
+
+
+def test_existing_predictions_are_refused_unless_overwrite(tmp_path):
+    run_writer(PredictionWriter(tmp_path, "epoch", groups=SINGLE), 0, [prediction([0])])
+    with pytest.raises(FileExistsError, match="already holds predictions of rank 0"):
+        PredictionWriter(tmp_path, groups=SINGLE).on_predict_start(trainer(0), None)
+    # Another rank's files do not block this one.
+    PredictionWriter(tmp_path, groups=SINGLE).on_predict_start(trainer(1), None)
+    run_writer(PredictionWriter(tmp_path, "epoch", overwrite=True, groups=SINGLE), 0, [prediction([7])])
+    assert merge_predictions(tmp_path)["sample_index"].tolist() == [7]
+
+
+def test_bad_outputs_name_what_is_wrong(tmp_path):
+    writer = PredictionWriter(tmp_path, "batch", groups=SINGLE)
+    writer.on_predict_start(trainer(), None)
+    with pytest.raises(TypeError, match="flat dicts of tensors; got Tensor"):
+        writer.on_predict_batch_end(trainer(), None, torch.zeros(2), None, 0)
+    with pytest.raises(TypeError, match=r"got dict with keys \['nested'\]"):
+        writer.on_predict_batch_end(trainer(), None, {"nested": {"a": torch.zeros(1)}}, None, 0)
+    with pytest.raises(KeyError, match=r"no 'sample_index'.*keys are \['token_logits'\]"):
+        writer.on_predict_batch_end(trainer(), None, {"token_logits": torch.zeros(1, 1, 1)}, None, 0)
+    with pytest.raises(ValueError, match=r"write_interval='sometimes' is not valid; use one of \['batch', 'epoch'\]"):
+        PredictionWriter(tmp_path, "sometimes")
+    assert prediction_files(tmp_path) == []
+
+
+def test_none_outputs_are_skipped(tmp_path):
+    run_writer(PredictionWriter(tmp_path, "batch", groups=SINGLE), 0, [None, prediction([3])])
+    assert [p.name for p in prediction_files(tmp_path)] == ["predictions_rank0_batch1.safetensors"]
+
+
+def test_failed_write_leaves_no_file(tmp_path, monkeypatch):
+    def broken_save(tensors, path, metadata=None):
+        with open(path, "wb") as f:
+            f.write(b"partial")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(writer_module, "save_file", broken_save)
+    writer = PredictionWriter(tmp_path, "batch", groups=SINGLE)
+    writer.on_predict_start(trainer(), None)
+    with pytest.raises(OSError, match="disk full"):
+        writer.on_predict_batch_end(trainer(), None, prediction([0]), None, 0)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_merge_of_an_empty_directory(tmp_path):
+    with pytest.raises(FileNotFoundError, match="No predictions_rank"):
+        merge_predictions(tmp_path)
