@@ -68,6 +68,13 @@ def packages() -> None:
         typer.echo(f"{name:20} {ver}")
 
 
+from bionemo.cli.recipes_cmd import recipes_app  # noqa: E402
+from bionemo.cli.run import run_app  # noqa: E402
+
+app.add_typer(run_app, name="run")
+app.add_typer(recipes_app, name="recipes")
+
+
 def main() -> None:
     """Entry point of the ``bionemo`` console script."""
     app()

@@ -1,0 +1,297 @@
+"""The built-in recipes ``esm2-demo`` (CPU-sized, the default) and ``esm2-gpu`` (a few times larger)."""
+
+import functools
+import json
+import random
+import shutil
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+from bionemo.cli.recipe import Recipe
+from bionemo.cli.settings import Include, Precision, RunSettings, SettingsError
+
+__all__ = ["BUNDLED_CHECKPOINT", "BUNDLED_SEQUENCES", "demo", "gpu"]
+
+_RESOURCES = files("bionemo.cli.esm2") / "resources"
+BUNDLED_CHECKPOINT = Path(str(_RESOURCES / "esm2_demo.safetensors"))
+"""Weights trained by the README's ``bionemo run train`` command (see resources/README)."""
+BUNDLED_SEQUENCES = Path(str(_RESOURCES / "demo_sequences.fasta"))
+"""Held-out members of the synthetic demo families, predicted by ``bionemo run predict`` by default."""
+
+DEMO_MODEL = {"num_layers": 4, "hidden_size": 64, "num_attention_heads": 4, "ffn_hidden_size": 256, "seq_length": 130}
+GPU_MODEL = {
+    "num_layers": 12,
+    "hidden_size": 480,
+    "num_attention_heads": 20,
+    "ffn_hidden_size": 1920,
+    "seq_length": 1026,
+    "position_embedding": "rope",
+}
+
+
+def _defaults(model: dict[str, Any], **run: Any) -> dict[str, Any]:
+    return {"model": model, **run}
+
+
+def demo() -> Recipe:
+    """The CPU demo: a 4-layer, 64-wide protein encoder trained on synthetic families in about a minute."""
+    defaults = _defaults(
+        DEMO_MODEL, micro_batch_size=16, global_batch_size=16, max_steps=1000, val_check_interval=250, lr=2e-3,
+        precision=Precision.FP32.value,
+    )
+    return Recipe(
+        name="esm2-demo",
+        description="ESM-2-style protein MLM, 4 layers x 64 (CPU demo; bundled trained weights)",
+        defaults=defaults,
+        train=functools.partial(train, defaults=defaults, recipe="esm2-demo"),
+        predict=functools.partial(predict, defaults=defaults, recipe="esm2-demo"),
+    )
+
+
+def gpu() -> Recipe:
+    """ESM-2 35M-sized: 12 layers, 480 wide, 1024 residues; bf16 with fused SDPA attention on GPUs."""
+    defaults = _defaults(
+        GPU_MODEL, micro_batch_size=32, global_batch_size=256, max_steps=20000, val_check_interval=1000, lr=4e-4,
+        precision=Precision.BF16.value,
+    )
+    return Recipe(
+        name="esm2-gpu",
+        description="ESM-2-style protein MLM, 12 layers x 480, 1024 residues (GPU; bf16, fused attention)",
+        defaults=defaults,
+        train=functools.partial(train, defaults=defaults, recipe="esm2-gpu"),
+        predict=functools.partial(predict, defaults=defaults, recipe="esm2-gpu"),
+    )
+
+
+def _value(settings: RunSettings, defaults: dict[str, Any], name: str) -> Any:
+    value = getattr(settings, name)
+    return defaults.get(name) if value is None else value
+
+
+def _model_config(model: dict[str, Any], settings: RunSettings, vocab_size: int):
+    import torch
+
+    from bionemo.cli.esm2.model import ESM2Config
+
+    precision = settings.precision.value if settings.precision else None
+    return ESM2Config(
+        vocab_size=vocab_size,
+        tensor_model_parallel_size=settings.tensor_parallel,
+        pipeline_model_parallel_size=settings.pipeline_parallel,
+        context_parallel_size=settings.context_parallel,
+        use_cpu_initialization=not torch.cuda.is_available(),
+        bf16=precision == "bf16-mixed",
+        params_dtype=torch.bfloat16 if precision == "bf16-mixed" else torch.float32,
+        **model,
+    )
+
+
+def _datamodule(settings: RunSettings, defaults: dict[str, Any], predicting: bool = False, **datasets: Any):
+    from bionemo.cli.esm2.data import collate_proteins
+    from bionemo.cli.esm2.tokenizer import ProteinTokenizer
+    from bionemo.lightning import MegatronDataModule
+
+    micro = _value(settings, defaults, "micro_batch_size")
+    global_batch = settings.global_batch_size or (
+        micro * settings.data_parallel_size() if predicting else max(defaults["global_batch_size"], micro * settings.data_parallel_size())
+    )
+    return MegatronDataModule(
+        micro_batch_size=micro,
+        global_batch_size=global_batch,
+        seq_length=defaults["model"]["seq_length"],
+        collate_fn=functools.partial(collate_proteins, pad_id=ProteinTokenizer().pad_id),
+        **datasets,
+    )
+
+
+def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> list[tuple[str, str]]:
+    """Train on ``--data`` (default: freshly generated demo families) and export ``model.safetensors``."""
+    from bionemo.cli.esm2.demo_data import demo_families, write_fasta
+    from bionemo.cli.esm2.readers import InputError, read_sequences
+    from bionemo.cli.trainers import check_hardware, check_output_dir, is_launching_rank
+
+    out = settings.output_dir or Path("bionemo_runs") / recipe
+    check_output_dir(out)
+    check_hardware(settings)
+    max_residues = defaults["model"]["seq_length"] - 2
+    if settings.data is None:
+        data = out / "data" / "demo_train.fasta"
+        if is_launching_rank():
+            data.parent.mkdir(parents=True, exist_ok=True)
+            write_fasta(demo_families(seed=settings.seed)[0], data)
+    else:
+        data = settings.data
+    try:
+        records = read_sequences(data, max_residues, settings.truncate)
+    except InputError as error:
+        raise SettingsError(str(error), "--data") from None
+    if len(records) < 2:
+        raise SettingsError(f"{data} holds {len(records)} sequence; training needs at least 2", "--data")
+    return _fit(settings, defaults, recipe, records, out)
+
+
+def _fit(settings: RunSettings, defaults: dict[str, Any], recipe: str, records: list, out: Path) -> list[tuple[str, str]]:
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    from megatron.core.optimizer import OptimizerConfig
+
+    from bionemo.callbacks import PerplexityLoggingCallback
+    from bionemo.cli.esm2.data import MaskedProteinDataset, data_step
+    from bionemo.cli.esm2.model import forward_step
+    from bionemo.cli.esm2.tokenizer import ProteinTokenizer
+    from bionemo.cli.esm2.weights import save_weights
+    from bionemo.cli.plots import plot_curves
+    from bionemo.cli.trainers import build_trainer, uses_megatron
+    from bionemo.lightning import BionemoLightningModule
+    from bionemo.lightning._nemo import MegatronOptimizerModule
+
+    pl.seed_everything(settings.seed, workers=True, verbose=False)
+    tokenizer = ProteinTokenizer()
+    shuffled = list(records)
+    random.Random(settings.seed).shuffle(shuffled)
+    n_val = max(1, len(shuffled) // 10)
+    val, train_records = shuffled[:n_val], shuffled[n_val:]
+    megatron = uses_megatron(settings)
+    lr = _value(settings, defaults, "lr")
+    module = BionemoLightningModule(
+        _model_config(defaults["model"], settings, tokenizer.vocab_size),
+        forward_step=forward_step,
+        data_step=data_step,
+        optimizer=MegatronOptimizerModule(
+            config=OptimizerConfig(
+                optimizer="adam", lr=lr, weight_decay=0.01, use_distributed_optimizer=megatron,
+                bf16=settings.precision == Precision.BF16, clip_grad=1.0,
+            )
+        ),
+    )
+    datamodule = _datamodule(
+        settings, defaults,
+        train=MaskedProteinDataset(train_records, tokenizer, seed=settings.seed),
+        val=MaskedProteinDataset(val, tokenizer, seed=settings.seed + 1),
+    )
+    max_steps = _value(settings, defaults, "max_steps")
+    interval = min(_value(settings, defaults, "val_check_interval"), max_steps)
+    checkpoints = out / "checkpoints"
+    callbacks = [
+        PerplexityLoggingCallback(log_train=True, log_val=True),
+        ModelCheckpoint(dirpath=checkpoints, filename="step{step}", save_last=True, save_top_k=0,
+                        every_n_train_steps=interval, auto_insert_metric_name=False),
+        RichProgressBar(leave=True),
+    ]
+    loggers = [CSVLogger(out, name="logs", version=""), TensorBoardLogger(out, name="logs", version="")]
+    trainer = build_trainer(
+        settings, training=True, callbacks=callbacks, logger=loggers, max_steps=max_steps,
+        val_check_interval=interval, default_root_dir=out,
+    )
+    last = checkpoints / "last.ckpt"
+    resume_from = str(last) if settings.resume and last.exists() and not megatron else None
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    if trainer.global_rank != 0:
+        return []
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
+    weights = out / "model.safetensors"
+    model = module.module
+    while hasattr(model, "module") and not hasattr(model, "decoder"):
+        model = model.module
+    save_weights(
+        model, weights,
+        {"recipe": recipe, "model": defaults["model"], "vocab_size": tokenizer.vocab_size, "steps": trainer.global_step,
+         "val_ppl": metrics.get("val_ppl"), "seed": settings.seed},
+    )
+    plot = plot_curves(out / "logs" / "metrics.csv", out / "training_curves.png")
+    return [
+        ("recipe", recipe),
+        ("steps", str(trainer.global_step)),
+        ("sequences (train / val)", f"{len(train_records)} / {len(val)}"),
+        ("final train loss", f"{metrics.get('reduced_train_loss', float('nan')):.4f}"),
+        ("validation perplexity", f"{metrics.get('val_ppl', float('nan')):.3f}  (uniform over 20 amino acids: 20)"),
+        ("weights", str(weights)),
+        ("checkpoints (resume)", str(checkpoints)),
+        ("logs (CSV, TensorBoard)", str(out / "logs")),
+        ("loss / perplexity curve", str(plot) if plot else "not written (no metrics)"),
+    ]
+
+
+def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> list[tuple[str, str]]:
+    """Predict ``--data`` (default: the bundled demo sequences) with ``--checkpoint`` (default: bundled weights)."""
+    import torch
+
+    from bionemo.callbacks import PredictionWriter, merge_predictions
+    from bionemo.cli.esm2.data import MaskedProteinDataset, data_step
+    from bionemo.cli.esm2.model import make_predict_step
+    from bionemo.cli.esm2.readers import InputError, read_sequences
+    from bionemo.cli.esm2.tokenizer import ProteinTokenizer
+    from bionemo.cli.esm2.weights import apply_weights, read_metadata, read_weights
+    from bionemo.cli.outputs import write_predictions
+    from bionemo.cli.trainers import build_trainer, check_hardware, check_output_dir, is_launching_rank
+    from bionemo.lightning import BionemoLightningModule, default_megatron_optimizer
+
+    checkpoint = settings.checkpoint or BUNDLED_CHECKPOINT
+    metadata = read_metadata(checkpoint)
+    if "model" not in metadata:
+        raise SettingsError(f"checkpoint {checkpoint} has no model config in its metadata; was it written by bionemo?", "--checkpoint")
+    model = dict(metadata["model"])
+    out = settings.output_dir or Path("bionemo_predictions")
+    check_output_dir(out)
+    check_hardware(settings)
+    data = settings.data or BUNDLED_SEQUENCES
+    try:
+        records = read_sequences(data, model["seq_length"] - 2, settings.truncate)
+    except InputError as error:
+        raise SettingsError(str(error), "--data") from None
+    try:
+        tensors = read_weights(checkpoint)
+    except Exception as error:
+        raise SettingsError(f"checkpoint {checkpoint} cannot be read: {error}", "--checkpoint") from None
+    shards = out / "shards"
+    if is_launching_rank() and shards.exists():
+        shutil.rmtree(shards)  # a rerun replaces an interrupted one's partial shards
+    tokenizer = ProteinTokenizer()
+    include = set(settings.include)
+    module = BionemoLightningModule(
+        _model_config(model, settings, metadata.get("vocab_size", tokenizer.vocab_size)),
+        forward_step=make_predict_step(Include.EMBEDDINGS in include, Include.LOGITS in include, tokenizer.eos_id),
+        data_step=data_step,
+        optimizer=default_megatron_optimizer(),
+        model_transform=functools.partial(apply_weights, tensors=tensors),
+    )
+    datamodule = _datamodule(
+        settings, {**defaults, "model": model}, predicting=True,
+        predict=MaskedProteinDataset(records, tokenizer, seed=12345),
+    )
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    writer = PredictionWriter(shards, settings.write_interval.value, overwrite=True)
+    trainer = build_trainer(settings, training=False, callbacks=[writer, RichProgressBar(leave=True)])
+    trainer.predict(module, datamodule=datamodule, return_predictions=False)
+    if trainer.global_rank != 0:
+        return []
+    merged = merge_predictions(shards)
+    perplexity = torch.exp(merged.pop("loss_sum") / merged.pop("num_masked").clamp(min=1))
+    if Include.PERPLEXITY in include:
+        merged["perplexity"] = perplexity
+    path = write_predictions(out / "predictions.safetensors", merged, [r.id for r in records], {"recipe": recipe, "checkpoint": str(checkpoint)})
+    shutil.rmtree(shards, ignore_errors=True)
+    summary = {
+        "sequences": len(records),
+        "mean_perplexity": float(perplexity.mean()),
+        "uniform_baseline_perplexity": 20.0,
+        "checkpoint_validation_perplexity": metadata.get("val_ppl"),
+        "predictions": str(path),
+        "includes": sorted(i.value for i in include),
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    return [
+        ("sequences", str(len(records))),
+        ("mean masked-token perplexity", f"{summary['mean_perplexity']:.3f}"),
+        ("untrained baseline (uniform over 20 amino acids)", "20.000"),
+        ("checkpoint", str(checkpoint)),
+        ("predictions (safetensors)", str(path)),
+        ("contents", ", ".join(["sequence ids", "sample_index", *sorted(k for k in merged if k != "sample_index")])),
+        ("summary", str(out / "summary.json")),
+    ]
+
+

@@ -1,0 +1,47 @@
+"""The merged prediction file: tensors in input order plus the sequence ids, as safetensors."""
+
+import json
+import os
+import tempfile
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+__all__ = ["read_predictions", "write_predictions"]
+
+
+def write_predictions(
+    path: Path, tensors: Mapping[str, torch.Tensor], ids: Sequence[str], metadata: Mapping[str, Any]
+) -> Path:
+    """Write ``tensors`` (row ``i`` = input sequence ``i``) with ``ids`` in the metadata, atomically.
+
+    Raises:
+        ValueError: When the tensors do not hold one row per id, in input order.
+    """
+    index = tensors["sample_index"].tolist()
+    if index != list(range(len(ids))):
+        raise ValueError(f"predictions cover samples {index[:5]}... but there are {len(ids)} inputs; rows are missing")
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        save_file(
+            {key: value.contiguous() for key, value in tensors.items()},
+            tmp,
+            metadata={"ids": json.dumps(list(ids)), **{key: json.dumps(value) for key, value in metadata.items()}},
+        )
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def read_predictions(path: Path) -> tuple[list[str], dict[str, torch.Tensor]]:
+    """The sequence ids and tensors of a predictions file (no pickle involved)."""
+    with safe_open(str(path), framework="pt") as f:
+        ids = json.loads((f.metadata() or {})["ids"])
+        return ids, {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118

@@ -1,0 +1,43 @@
+"""The loss / perplexity curve PNG written next to the training logs."""
+
+import csv
+from pathlib import Path
+
+__all__ = ["plot_curves"]
+
+
+def plot_curves(metrics_csv: Path, png: Path) -> Path | None:
+    """Plot training loss and validation perplexity per step from Lightning's CSV log; ``None`` if no data."""
+    if not metrics_csv.exists():
+        return None
+    train: list[tuple[float, float]] = []
+    val: list[tuple[float, float]] = []
+    with metrics_csv.open(newline="") as f:
+        for row in csv.DictReader(f):
+            step = row.get("step")
+            if not step:
+                continue
+            if row.get("reduced_train_loss"):
+                train.append((float(step), float(row["reduced_train_loss"])))
+            if row.get("val_ppl"):
+                val.append((float(step), float(row["val_ppl"])))
+    if not train and not val:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax_loss, ax_ppl) = plt.subplots(1, 2, figsize=(10, 4))
+    if train:
+        ax_loss.plot(*zip(*train, strict=True), label="train loss")
+    ax_loss.set(xlabel="step", ylabel="masked-token cross-entropy", title="Training loss")
+    if val:
+        ax_ppl.plot(*zip(*val, strict=True), marker="o", color="tab:orange", label="val_ppl")
+    ax_ppl.set(xlabel="step", ylabel="perplexity", title="Validation perplexity")
+    for ax in (ax_loss, ax_ppl):
+        ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return png

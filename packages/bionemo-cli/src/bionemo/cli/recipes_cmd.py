@@ -1,0 +1,39 @@
+"""``bionemo recipes list`` and ``bionemo recipes show NAME``."""
+
+import json
+from typing import Annotated
+
+import typer
+
+__all__ = ["recipes_app"]
+
+recipes_app = typer.Typer(help="The recipes you can run.", no_args_is_help=True)
+
+
+@recipes_app.command("list")
+def list_recipes() -> None:
+    """List installed recipes (from the `bionemo.recipes` entry-point group)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from bionemo.cli.recipe import available_recipes, load_recipe
+
+    table = Table("recipe", "description", "provided by")
+    for name, target in sorted(available_recipes().items()):
+        table.add_row(name, load_recipe(name).description, target.split(":")[0])
+    Console().print(table)
+
+
+@recipes_app.command("show")
+def show_recipe(name: Annotated[str, typer.Argument(help="Recipe name.")]) -> None:
+    """Print a recipe's full default settings as JSON (usable as a --config file)."""
+    from bionemo.cli.recipe import load_recipe
+    from bionemo.cli.settings import RunSettings
+
+    try:
+        recipe = load_recipe(name)
+    except KeyError as error:
+        raise typer.BadParameter(str(error.args[0]), param_hint="'NAME'") from None
+    settings = RunSettings(recipe=name).model_dump(mode="json")
+    settings.update({k: v for k, v in recipe.defaults.items() if k != "model"})
+    typer.echo(json.dumps({"settings": settings, "model": recipe.defaults.get("model", {})}, indent=2))

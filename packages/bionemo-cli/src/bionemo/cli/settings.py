@@ -1,0 +1,152 @@
+"""Run settings: recipe defaults, then a ``--config`` file, then command-line options, validated up front."""
+
+import json
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+__all__ = [
+    "Accelerator",
+    "Include",
+    "Precision",
+    "RunSettings",
+    "SettingsError",
+    "StrategyChoice",
+    "WriteIntervalChoice",
+    "load_config_file",
+]
+
+
+class SettingsError(ValueError):
+    """A setting the run cannot use; ``option`` names the command-line option to fix."""
+
+    def __init__(self, message: str, option: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class Accelerator(StrEnum):
+    """Where to run."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class StrategyChoice(StrEnum):
+    """How to distribute: NeMo's MegatronStrategy (GPUs; TP/PP/CP/DP) or Lightning DDP (CPU or GPU; DP only)."""
+
+    AUTO = "auto"
+    MEGATRON = "megatron"
+    DDP = "ddp"
+
+
+class Precision(StrEnum):
+    """Numeric precision of training and prediction."""
+
+    FP32 = "32"
+    BF16 = "bf16-mixed"
+    FP16 = "16-mixed"
+
+
+class Include(StrEnum):
+    """What prediction writes besides the sequence ids."""
+
+    EMBEDDINGS = "embeddings"
+    LOGITS = "logits"
+    PERPLEXITY = "perplexity"
+
+
+class WriteIntervalChoice(StrEnum):
+    """When prediction shards are written."""
+
+    BATCH = "batch"
+    EPOCH = "epoch"
+
+
+class RunSettings(BaseModel):
+    """Every setting of ``bionemo run train`` / ``bionemo run predict``; ``None`` means the recipe's default."""
+
+    model_config = ConfigDict(extra="forbid", use_enum_values=False)
+
+    recipe: str = "esm2-demo"
+    data: Path | None = None
+    output_dir: Path | None = None
+    checkpoint: Path | None = None
+    devices: int = Field(1, ge=1)
+    num_nodes: int = Field(1, ge=1)
+    accelerator: Accelerator = Accelerator.AUTO
+    strategy: StrategyChoice = StrategyChoice.AUTO
+    tensor_parallel: int = Field(1, ge=1)
+    pipeline_parallel: int = Field(1, ge=1)
+    context_parallel: int = Field(1, ge=1)
+    precision: Precision | None = None
+    micro_batch_size: int | None = Field(None, ge=1)
+    global_batch_size: int | None = Field(None, ge=1)
+    truncate: bool = False
+    # train
+    max_steps: int | None = Field(None, ge=1)
+    val_check_interval: int | None = Field(None, ge=1)
+    lr: float | None = Field(None, gt=0)
+    resume: bool = True
+    seed: int = 0
+    # predict
+    include: list[Include] = Field(default_factory=lambda: [Include.EMBEDDINGS, Include.PERPLEXITY])
+    write_interval: WriteIntervalChoice = WriteIntervalChoice.EPOCH
+
+    def model_parallel_size(self) -> int:
+        """Tensor x pipeline x context parallel ranks per model replica."""
+        return self.tensor_parallel * self.pipeline_parallel * self.context_parallel
+
+    def data_parallel_size(self) -> int:
+        """Model replicas over all devices of all nodes."""
+        return self.devices * self.num_nodes // self.model_parallel_size()
+
+    @classmethod
+    def resolve(cls, file: Path | None, overrides: dict[str, Any]) -> "RunSettings":
+        """Settings from ``file`` (YAML or JSON) with ``overrides`` (options given on the command line) on top.
+
+        Raises:
+            SettingsError: Unreadable file, unknown keys, or invalid values (naming the key and what is valid).
+        """
+        values = load_config_file(file) if file is not None else {}
+        values.update({key: value for key, value in overrides.items() if value is not None})
+        try:
+            return cls.model_validate(values)
+        except ValidationError as error:
+            problem = error.errors()[0]
+            key = ".".join(str(part) for part in problem["loc"])
+            raise SettingsError(
+                f"setting {key!r}: {problem['msg']} (got {problem.get('input')!r})"
+                + (f" in {file}" if file is not None and key not in overrides else ""),
+                "--" + key.split(".")[0].replace("_", "-"),
+            ) from None
+
+
+def load_config_file(path: Path) -> dict[str, Any]:
+    """Read a YAML (``.yaml``/``.yml``) or JSON (``.json``) mapping of settings."""
+    if not path.is_file():
+        raise SettingsError(f"config file {path} does not exist", "--config")
+    text = path.read_text(encoding="utf-8")
+    try:
+        if path.suffix.lower() == ".json":
+            values = json.loads(text)
+        elif path.suffix.lower() in (".yaml", ".yml"):
+            import yaml
+
+            values = yaml.safe_load(text)
+        else:
+            raise SettingsError(f"config file {path} must end in .yaml, .yml or .json", "--config")
+    except (json.JSONDecodeError, ImportError) as error:
+        raise SettingsError(f"config file {path} is not valid: {error}", "--config") from None
+    except Exception as error:  # yaml.YAMLError and friends
+        if isinstance(error, SettingsError):
+            raise
+        raise SettingsError(f"config file {path} is not valid YAML: {error}", "--config") from None
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise SettingsError(f"config file {path} must hold a mapping of settings, not {type(values).__name__}", "--config")
+    return {str(key).replace("-", "_"): value for key, value in values.items()}

@@ -1,0 +1,129 @@
+"""Hardware checks and Trainer construction shared by recipes (heavy imports happen inside functions)."""
+
+import os
+from pathlib import Path
+from typing import Any
+
+from bionemo.cli.settings import Accelerator, Precision, RunSettings, SettingsError, StrategyChoice
+
+__all__ = ["build_trainer", "check_hardware", "check_output_dir", "is_launching_rank", "uses_megatron"]
+
+
+def _cuda_devices() -> int:
+    import torch
+
+    return torch.cuda.device_count()
+
+
+def accelerator(settings: RunSettings) -> str:
+    """``"cpu"`` or ``"gpu"`` (``auto`` picks GPUs when there are any)."""
+    if settings.accelerator == Accelerator.AUTO:
+        return "gpu" if _cuda_devices() > 0 else "cpu"
+    return settings.accelerator.value
+
+
+def uses_megatron(settings: RunSettings) -> bool:
+    """Whether the run goes through NeMo's MegatronStrategy (default on GPUs) or Lightning's own strategies."""
+    if settings.strategy == StrategyChoice.AUTO:
+        return accelerator(settings) == "gpu"
+    return settings.strategy == StrategyChoice.MEGATRON
+
+
+def check_hardware(settings: RunSettings) -> None:
+    """Refuse layouts that cannot run here, before any process group starts.
+
+    Raises:
+        SettingsError: GPUs asked for without any, more devices than there are, devices not divisible by
+            TP x PP x CP, model parallelism without MegatronStrategy, or MegatronStrategy on CPU.
+    """
+    gpus = _cuda_devices()
+    if settings.accelerator == Accelerator.GPU and gpus == 0:
+        raise SettingsError("--accelerator gpu was asked for, but this machine has no CUDA GPU; use cpu or auto", "--accelerator")
+    chosen = accelerator(settings)
+    if chosen == "gpu" and settings.devices > gpus:
+        raise SettingsError(f"--devices {settings.devices} asked for, but this machine has {gpus} GPU(s)", "--devices")
+    world = settings.devices * settings.num_nodes
+    if world % settings.model_parallel_size():
+        raise SettingsError(
+            f"--devices x --num-nodes = {world} is not divisible by tensor x pipeline x context parallel = "
+            f"{settings.tensor_parallel} x {settings.pipeline_parallel} x {settings.context_parallel}",
+            "--devices",
+        )
+    if settings.model_parallel_size() > 1 and not uses_megatron(settings):
+        raise SettingsError(
+            "tensor, pipeline and context parallelism need --strategy megatron (on GPUs)", "--tensor-parallel"
+        )
+    if uses_megatron(settings) and chosen == "cpu":
+        raise SettingsError(
+            "--strategy megatron needs GPUs (megatron's DDP and optimizers are CUDA-only); on CPU use auto or ddp",
+            "--strategy",
+        )
+
+
+def check_output_dir(path: Path) -> None:
+    """Create ``path`` if needed and make sure files can be written there."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise SettingsError(f"output directory {path} cannot be created: {error.strerror}", "--output-dir") from None
+    if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
+        raise SettingsError(f"output directory {path} is not writable", "--output-dir")
+
+
+def is_launching_rank() -> bool:
+    """True in the process the user started (Lightning's launcher sets LOCAL_RANK > 0 in the ones it starts)."""
+    return int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0"))) == 0
+
+
+def build_trainer(
+    settings: RunSettings,
+    *,
+    training: bool,
+    callbacks: list[Any],
+    logger: Any = False,
+    max_steps: int = -1,
+    val_check_interval: int | None = None,
+    default_root_dir: Path | None = None,
+) -> Any:
+    """A Lightning Trainer (CPU, DDP) or NeMo Trainer with MegatronStrategy, per ``settings``."""
+    precision = (settings.precision or Precision.FP32).value
+    common: dict[str, Any] = {
+        "devices": settings.devices,
+        "num_nodes": settings.num_nodes,
+        "max_steps": max_steps,
+        "callbacks": callbacks,
+        "logger": logger,
+        "default_root_dir": default_root_dir,
+        "num_sanity_val_steps": 0,
+        "enable_model_summary": False,
+    }
+    if training:
+        common.update(val_check_interval=val_check_interval, check_val_every_n_epoch=None, limit_val_batches=1.0)
+    if uses_megatron(settings):
+        from nemo import lightning as nl
+
+        strategy = nl.MegatronStrategy(
+            tensor_model_parallel_size=settings.tensor_parallel,
+            pipeline_model_parallel_size=settings.pipeline_parallel,
+            context_parallel_size=settings.context_parallel,
+            ckpt_async_save=False,
+            ckpt_optim_fully_reshardable=True,
+            ckpt_load_optimizer=training,
+            setup_optimizers=training,
+        )
+        plugins = nl.MegatronMixedPrecision(precision=precision) if precision != "32" else None
+        return nl.Trainer(
+            accelerator="gpu", strategy=strategy, plugins=plugins, use_distributed_sampler=False, **common
+        )
+    import lightning.pytorch as pl
+
+    from bionemo.cli.safe_checkpoint_io import SafeCheckpointIO
+
+    world = settings.devices * settings.num_nodes
+    return pl.Trainer(
+        accelerator=accelerator(settings),
+        strategy="ddp" if world > 1 else "auto",
+        precision=precision,
+        plugins=[SafeCheckpointIO()],
+        **common,
+    )
