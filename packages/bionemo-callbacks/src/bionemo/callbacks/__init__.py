@@ -7,6 +7,7 @@ from bionemo.callbacks.prediction_writer import (
     merge_predictions,
     prediction_files,
 )
+from bionemo.callbacks.safetensors_io import save_safetensors_atomically
 
 __all__ = [
     "DEFAULT_INDEX_KEY",
@@ -14,4 +15,5 @@ __all__ = [
     "PredictionWriter",
     "merge_predictions",
     "prediction_files",
+    "save_safetensors_atomically",
 ]

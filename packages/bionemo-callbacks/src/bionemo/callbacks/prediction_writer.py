@@ -2,7 +2,6 @@
 
 import os
 import re
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -10,9 +9,10 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks.prediction_writer import WriteInterval
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from typing_extensions import override
 
+from bionemo.callbacks.safetensors_io import save_safetensors_atomically
 from bionemo.collate import DEFAULT_BATCH_DIMS, batch_collator
 from bionemo.losses import ParallelGroups
 
@@ -133,15 +133,7 @@ class PredictionWriter(pl.Callback):
         return {k: v.detach().to("cpu") for k, v in outputs.items() if v is not None}
 
     def _write(self, prediction: Mapping[str, torch.Tensor], name: str) -> None:
-        tensors = {k: v.contiguous() for k, v in prediction.items()}
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=self.output_dir)
-        os.close(fd)
-        try:
-            save_file(tensors, tmp, metadata={"index_key": self.index_key})
-            os.replace(tmp, self.output_dir / name)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        save_safetensors_atomically(prediction, self.output_dir / name, {"index_key": self.index_key})
 
 
 def merge_predictions(

@@ -1,15 +1,14 @@
 """The merged prediction file: tensors in input order plus the sequence ids, as safetensors."""
 
 import json
-import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
+
+from bionemo.callbacks import save_safetensors_atomically
 
 __all__ = ["read_predictions", "write_predictions"]
 
@@ -25,19 +24,9 @@ def write_predictions(
     index = tensors["sample_index"].tolist()
     if index != list(range(len(ids))):
         raise ValueError(f"predictions cover samples {index[:5]}... but there are {len(ids)} inputs; rows are missing")
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(
-            {key: value.contiguous() for key, value in tensors.items()},
-            tmp,
-            metadata={"ids": json.dumps(list(ids)), **{key: json.dumps(value) for key, value in metadata.items()}},
-        )
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    return save_safetensors_atomically(
+        tensors, path, {"ids": json.dumps(list(ids)), **{key: json.dumps(value) for key, value in metadata.items()}}
+    )
 
 
 def read_predictions(path: Path) -> tuple[list[str], dict[str, torch.Tensor]]:

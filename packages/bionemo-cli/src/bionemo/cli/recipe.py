@@ -52,5 +52,10 @@ def load_recipe(name: str) -> Recipe:
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             loaded = ep.load()
-            return loaded() if callable(loaded) and not isinstance(loaded, Recipe) else loaded
+            recipe = loaded() if callable(loaded) and not isinstance(loaded, Recipe) else loaded
+            if not isinstance(recipe, Recipe):
+                raise TypeError(
+                    f"entry point {ep.value!r} of recipe {name!r} gave {type(recipe).__name__}, not a Recipe"
+                )
+            return recipe
     raise KeyError(f"unknown recipe {name!r}; installed recipes: {sorted(available_recipes())}")

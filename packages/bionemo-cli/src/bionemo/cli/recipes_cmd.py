@@ -34,6 +34,6 @@ def show_recipe(name: Annotated[str, typer.Argument(help="Recipe name.")]) -> No
         recipe = load_recipe(name)
     except KeyError as error:
         raise typer.BadParameter(str(error.args[0]), param_hint="'NAME'") from None
-    settings = RunSettings(recipe=name).model_dump(mode="json")
+    settings = RunSettings.model_validate({"recipe": name}).model_dump(mode="json")
     settings.update({k: v for k, v in recipe.defaults.items() if k != "model"})
     typer.echo(json.dumps({"settings": settings, "model": recipe.defaults.get("model", {})}, indent=2))

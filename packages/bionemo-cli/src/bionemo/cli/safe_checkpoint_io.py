@@ -14,7 +14,9 @@ class SafeCheckpointIO(TorchCheckpointIO):
     """Saves like Lightning, loads with ``torch.load(weights_only=True)`` (tensors and plain containers only)."""
 
     @override
-    def load_checkpoint(self, path: _PATH, map_location: Any = None, weights_only: bool | None = None) -> dict[str, Any]:
+    def load_checkpoint(
+        self, path: _PATH, map_location: Any = None, weights_only: bool | None = None
+    ) -> dict[str, Any]:
         try:
             return torch.load(path, map_location=map_location or "cpu", weights_only=True)
         except FileNotFoundError:

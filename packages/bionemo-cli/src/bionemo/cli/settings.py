@@ -148,5 +148,7 @@ def load_config_file(path: Path) -> dict[str, Any]:
     if values is None:
         return {}
     if not isinstance(values, dict):
-        raise SettingsError(f"config file {path} must hold a mapping of settings, not {type(values).__name__}", "--config")
+        raise SettingsError(
+            f"config file {path} must hold a mapping of settings, not {type(values).__name__}", "--config"
+        )
     return {str(key).replace("-", "_"): value for key, value in values.items()}

@@ -38,7 +38,9 @@ def check_hardware(settings: RunSettings) -> None:
     """
     gpus = _cuda_devices()
     if settings.accelerator == Accelerator.GPU and gpus == 0:
-        raise SettingsError("--accelerator gpu was asked for, but this machine has no CUDA GPU; use cpu or auto", "--accelerator")
+        raise SettingsError(
+            "--accelerator gpu was asked for, but this machine has no CUDA GPU; use cpu or auto", "--accelerator"
+        )
     chosen = accelerator(settings)
     if chosen == "gpu" and settings.devices > gpus:
         raise SettingsError(f"--devices {settings.devices} asked for, but this machine has {gpus} GPU(s)", "--devices")
@@ -72,7 +74,10 @@ def check_output_dir(path: Path) -> None:
 
 def is_launching_rank() -> bool:
     """True in the process the user started (Lightning's launcher sets LOCAL_RANK > 0 in the ones it starts)."""
-    return int(os.environ.get("LOCAL_RANK", "0")) == 0 and int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0"))) == 0
+    return (
+        int(os.environ.get("LOCAL_RANK", "0")) == 0
+        and int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", "0"))) == 0
+    )
 
 
 def build_trainer(

@@ -15,26 +15,34 @@ __all__ = ["MaskedProteinDataset", "collate_proteins", "data_step"]
 class MaskedProteinDataset(Dataset):
     """BERT-style masked sequences: 15% of residues chosen; of those 80% ``<mask>``, 10% random, 10% kept.
 
-    The masking of sample ``i`` depends only on ``(seed, i)``, so every epoch, rank and resumed run sees the
-    same inputs. Each item: ``tokens``, ``labels`` (-100 where not chosen), ``loss_mask`` and
-    ``sample_index``.
+    With ``length`` larger than the number of records, item ``k`` is record ``k % n`` with masking drawn for
+    ``k``: passes over the data see fresh masks (training). The masking of item ``k`` depends only on
+    ``(seed, k)``, so every rank and every resumed run sees the same inputs. Each item: ``tokens``,
+    ``labels`` (-100 where not chosen), ``loss_mask`` and ``sample_index`` (the record's position).
     """
 
     def __init__(
-        self, records: Sequence[SequenceRecord], tokenizer: ProteinTokenizer, mask_prob: float = 0.15, seed: int = 0
+        self,
+        records: Sequence[SequenceRecord],
+        tokenizer: ProteinTokenizer,
+        mask_prob: float = 0.15,
+        seed: int = 0,
+        length: int | None = None,
     ) -> None:
         self.records = list(records)
         self.tokenizer = tokenizer
         self.mask_prob = mask_prob
         self.seed = seed
+        self.length = len(self.records) if length is None else length
 
     def __len__(self) -> int:
-        return len(self.records)
+        return self.length
 
-    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
         tok = self.tokenizer
+        index = item % len(self.records)
         ids = tok.encode(self.records[index].sequence)
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + index)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + item)
         residue = torch.zeros_like(ids, dtype=torch.bool)
         residue[1:-1] = True
         chosen = (torch.rand(ids.shape, generator=gen) < self.mask_prob) & residue

@@ -2,7 +2,7 @@
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from megatron.core import parallel_state
@@ -37,7 +37,7 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig[GPTModel, Masked
     gradient_accumulation_fusion: bool = False
     apply_rope_fusion: bool = False
     use_cpu_initialization: bool = True
-    position_embedding: str = "learned_absolute"
+    position_embedding: Literal["learned_absolute", "rope"] = "learned_absolute"
     """``"learned_absolute"`` (runs anywhere) or ``"rope"`` (ESM-2's rotary embeddings; megatron's needs CUDA)."""
 
     @property
@@ -87,7 +87,11 @@ def make_predict_step(include_embeddings: bool, include_logits: bool, eos_id: in
 
     def predict_step(model: GPTModel, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         captured: dict[str, torch.Tensor] = {}
-        handle = model.decoder.register_forward_hook(lambda _m, _i, out: captured.__setitem__("hidden", out))
+
+        def keep_hidden(_module: torch.nn.Module, _inputs: Any, output: torch.Tensor) -> None:
+            captured["hidden"] = output
+
+        handle = model.decoder.register_forward_hook(keep_hidden)
         try:
             logits = _run(model, batch).transpose(0, 1)  # [s, b, v_local]
         finally:

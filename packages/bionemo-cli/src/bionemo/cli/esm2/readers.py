@@ -107,7 +107,9 @@ def _read_csv(path: Path) -> list[SequenceRecord]:
         reader = csv.DictReader(f)
         columns = [c.strip().lower() for c in (reader.fieldnames or [])]
         if "sequence" not in columns:
-            raise InputError(f"{path}: CSV needs a header with a 'sequence' column (and optionally 'id'); got {columns}")
+            raise InputError(
+                f"{path}: CSV needs a header with a 'sequence' column (and optionally 'id'); got {columns}"
+            )
         records = []
         for number, row in enumerate(reader, start=2):
             row = {(k or "").strip().lower(): (v or "").strip() for k, v in row.items()}

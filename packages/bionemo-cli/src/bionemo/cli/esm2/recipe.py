@@ -37,7 +37,12 @@ def _defaults(model: dict[str, Any], **run: Any) -> dict[str, Any]:
 def demo() -> Recipe:
     """The CPU demo: a 4-layer, 64-wide protein encoder trained on synthetic families in about a minute."""
     defaults = _defaults(
-        DEMO_MODEL, micro_batch_size=16, global_batch_size=16, max_steps=1000, val_check_interval=250, lr=2e-3,
+        DEMO_MODEL,
+        micro_batch_size=16,
+        global_batch_size=16,
+        max_steps=1000,
+        val_check_interval=250,
+        lr=2e-3,
         precision=Precision.FP32.value,
     )
     return Recipe(
@@ -52,7 +57,12 @@ def demo() -> Recipe:
 def gpu() -> Recipe:
     """ESM-2 35M-sized: 12 layers, 480 wide, 1024 residues; bf16 with fused SDPA attention on GPUs."""
     defaults = _defaults(
-        GPU_MODEL, micro_batch_size=32, global_batch_size=256, max_steps=20000, val_check_interval=1000, lr=4e-4,
+        GPU_MODEL,
+        micro_batch_size=32,
+        global_batch_size=256,
+        max_steps=20000,
+        val_check_interval=1000,
+        lr=4e-4,
         precision=Precision.BF16.value,
     )
     return Recipe(
@@ -94,7 +104,9 @@ def _datamodule(settings: RunSettings, defaults: dict[str, Any], predicting: boo
 
     micro = _value(settings, defaults, "micro_batch_size")
     global_batch = settings.global_batch_size or (
-        micro * settings.data_parallel_size() if predicting else max(defaults["global_batch_size"], micro * settings.data_parallel_size())
+        micro * settings.data_parallel_size()
+        if predicting
+        else max(defaults["global_batch_size"], micro * settings.data_parallel_size())
     )
     return MegatronDataModule(
         micro_batch_size=micro,
@@ -131,7 +143,9 @@ def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> li
     return _fit(settings, defaults, recipe, records, out)
 
 
-def _fit(settings: RunSettings, defaults: dict[str, Any], recipe: str, records: list, out: Path) -> list[tuple[str, str]]:
+def _fit(
+    settings: RunSettings, defaults: dict[str, Any], recipe: str, records: list, out: Path
+) -> list[tuple[str, str]]:
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.callbacks import ModelCheckpoint, RichProgressBar
@@ -162,44 +176,73 @@ def _fit(settings: RunSettings, defaults: dict[str, Any], recipe: str, records: 
         data_step=data_step,
         optimizer=MegatronOptimizerModule(
             config=OptimizerConfig(
-                optimizer="adam", lr=lr, weight_decay=0.01, use_distributed_optimizer=megatron,
-                bf16=settings.precision == Precision.BF16, clip_grad=1.0,
+                optimizer="adam",
+                lr=lr,
+                weight_decay=0.01,
+                use_distributed_optimizer=megatron,
+                bf16=settings.precision == Precision.BF16,
+                clip_grad=1.0,
             )
         ),
     )
+    max_steps = _value(settings, defaults, "max_steps")
+    samples_per_step = _value(settings, defaults, "micro_batch_size") * settings.data_parallel_size()
+    if megatron:
+        samples_per_step = max(samples_per_step, settings.global_batch_size or defaults["global_batch_size"])
     datamodule = _datamodule(
-        settings, defaults,
-        train=MaskedProteinDataset(train_records, tokenizer, seed=settings.seed),
+        settings,
+        defaults,
+        # one pass over this view is the whole run: fresh masks every time a sequence comes round again
+        train=MaskedProteinDataset(train_records, tokenizer, seed=settings.seed, length=max_steps * samples_per_step),
         val=MaskedProteinDataset(val, tokenizer, seed=settings.seed + 1),
     )
-    max_steps = _value(settings, defaults, "max_steps")
     interval = min(_value(settings, defaults, "val_check_interval"), max_steps)
     checkpoints = out / "checkpoints"
     callbacks = [
         PerplexityLoggingCallback(log_train=True, log_val=True),
-        ModelCheckpoint(dirpath=checkpoints, filename="step{step}", save_last=True, save_top_k=0,
-                        every_n_train_steps=interval, auto_insert_metric_name=False),
+        ModelCheckpoint(
+            dirpath=checkpoints,
+            filename="step{step}",
+            save_last=True,
+            save_top_k=0,
+            every_n_train_steps=interval,
+            auto_insert_metric_name=False,
+        ),
         RichProgressBar(leave=True),
     ]
     loggers = [CSVLogger(out, name="logs", version=""), TensorBoardLogger(out, name="logs", version="")]
     trainer = build_trainer(
-        settings, training=True, callbacks=callbacks, logger=loggers, max_steps=max_steps,
-        val_check_interval=interval, default_root_dir=out,
+        settings,
+        training=True,
+        callbacks=callbacks,
+        logger=loggers,
+        max_steps=max_steps,
+        val_check_interval=interval,
+        default_root_dir=out,
     )
     last = checkpoints / "last.ckpt"
     resume_from = str(last) if settings.resume and last.exists() and not megatron else None
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     if trainer.global_rank != 0:
         return []
-    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1}
+    metrics = {
+        k: float(v) for k, v in trainer.callback_metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1
+    }
     weights = out / "model.safetensors"
-    model = module.module
+    model: Any = module.module
     while hasattr(model, "module") and not hasattr(model, "decoder"):
         model = model.module
     save_weights(
-        model, weights,
-        {"recipe": recipe, "model": defaults["model"], "vocab_size": tokenizer.vocab_size, "steps": trainer.global_step,
-         "val_ppl": metrics.get("val_ppl"), "seed": settings.seed},
+        model,
+        weights,
+        {
+            "recipe": recipe,
+            "model": defaults["model"],
+            "vocab_size": tokenizer.vocab_size,
+            "steps": trainer.global_step,
+            "val_ppl": metrics.get("val_ppl"),
+            "seed": settings.seed,
+        },
     )
     plot = plot_curves(out / "logs" / "metrics.csv", out / "training_curves.png")
     return [
@@ -232,7 +275,9 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
     checkpoint = settings.checkpoint or BUNDLED_CHECKPOINT
     metadata = read_metadata(checkpoint)
     if "model" not in metadata:
-        raise SettingsError(f"checkpoint {checkpoint} has no model config in its metadata; was it written by bionemo?", "--checkpoint")
+        raise SettingsError(
+            f"checkpoint {checkpoint} has no model config in its metadata; was it written by bionemo?", "--checkpoint"
+        )
     model = dict(metadata["model"])
     out = settings.output_dir or Path("bionemo_predictions")
     check_output_dir(out)
@@ -259,7 +304,9 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
         model_transform=functools.partial(apply_weights, tensors=tensors),
     )
     datamodule = _datamodule(
-        settings, {**defaults, "model": model}, predicting=True,
+        settings,
+        {**defaults, "model": model},
+        predicting=True,
         predict=MaskedProteinDataset(records, tokenizer, seed=12345),
     )
     from lightning.pytorch.callbacks import RichProgressBar
@@ -273,7 +320,12 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
     perplexity = torch.exp(merged.pop("loss_sum") / merged.pop("num_masked").clamp(min=1))
     if Include.PERPLEXITY in include:
         merged["perplexity"] = perplexity
-    path = write_predictions(out / "predictions.safetensors", merged, [r.id for r in records], {"recipe": recipe, "checkpoint": str(checkpoint)})
+    path = write_predictions(
+        out / "predictions.safetensors",
+        merged,
+        [r.id for r in records],
+        {"recipe": recipe, "checkpoint": str(checkpoint)},
+    )
     shutil.rmtree(shards, ignore_errors=True)
     summary = {
         "sequences": len(records),
@@ -293,5 +345,3 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
         ("contents", ", ".join(["sequence ids", "sample_index", *sorted(k for k in merged if k != "sample_index")])),
         ("summary", str(out / "summary.json")),
     ]
-
-

@@ -1,15 +1,13 @@
 """Model weights as safetensors (no pickle), with the model config in the file's metadata."""
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors import safe_open
-from safetensors.torch import save_file
 
+from bionemo.callbacks import save_safetensors_atomically
 from bionemo.cli.settings import SettingsError
 
 __all__ = ["apply_weights", "read_metadata", "read_weights", "save_weights"]
@@ -22,15 +20,7 @@ def save_weights(model: torch.nn.Module, path: Path, metadata: dict[str, Any]) -
         for name, value in model.state_dict().items()
         if isinstance(value, torch.Tensor) and not name.endswith("_extra_state")
     }
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        save_file(tensors, tmp, metadata={key: json.dumps(value) for key, value in metadata.items()})
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    save_safetensors_atomically(tensors, path, {key: json.dumps(value) for key, value in metadata.items()})
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
@@ -66,7 +56,9 @@ def apply_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> N
     """
     from megatron.core import parallel_state
 
-    tp_size = parallel_state.get_tensor_model_parallel_world_size() if parallel_state.model_parallel_is_initialized() else 1
+    tp_size = (
+        parallel_state.get_tensor_model_parallel_world_size() if parallel_state.model_parallel_is_initialized() else 1
+    )
     tp_rank = parallel_state.get_tensor_model_parallel_rank() if tp_size > 1 else 0
     state = model.state_dict()
     missing = [name for name in state if not name.endswith("_extra_state") and name not in tensors]
@@ -80,7 +72,9 @@ def apply_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> N
             source = tensors[name]
             param = params.get(name)
             if param is not None and getattr(param, "tensor_model_parallel", False) and tp_size > 1:
-                source = source.chunk(tp_size, dim=param.partition_dim)[tp_rank]
+                source = source.chunk(tp_size, dim=getattr(param, "partition_dim", 0))[tp_rank]
             if source.shape != target.shape:
-                raise ValueError(f"checkpoint tensor {name} has shape {tuple(source.shape)}, model needs {tuple(target.shape)}")
+                raise ValueError(
+                    f"checkpoint tensor {name} has shape {tuple(source.shape)}, model needs {tuple(target.shape)}"
+                )
             target.copy_(source)
