@@ -103,7 +103,12 @@ def build_trainer(
         "enable_model_summary": False,
     }
     if training:
-        common.update(val_check_interval=val_check_interval, check_val_every_n_epoch=None, limit_val_batches=1.0)
+        common.update(
+            val_check_interval=val_check_interval,
+            check_val_every_n_epoch=None,
+            limit_val_batches=1.0,
+            log_every_n_steps=max(1, min(50, (val_check_interval or 50) // 5)),
+        )
     if uses_megatron(settings):
         from nemo import lightning as nl
 

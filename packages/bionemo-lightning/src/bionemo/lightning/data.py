@@ -7,7 +7,7 @@ from typing import Any
 from megatron.core import num_microbatches_calculator
 from nemo.lightning.data import WrappedDataLoader
 from nemo.lightning.pytorch.plugins import MegatronDataSampler
-from torch.utils.data import Dataset, default_collate
+from torch.utils.data import Dataset, Subset, default_collate
 from typing_extensions import override
 
 import lightning.pytorch as pl
@@ -109,6 +109,8 @@ class MegatronDataModule(pl.LightningDataModule):
         dataset = self.datasets[mode]
         if dataset is None:
             raise ValueError(f"MegatronDataModule has no {mode} dataset; pass {mode.replace('validation', 'val')}=")
+        if mode == "train":
+            dataset = self._skip_consumed(dataset)
         return WrappedDataLoader(
             mode=mode,
             dataset=dataset,
@@ -118,6 +120,23 @@ class MegatronDataModule(pl.LightningDataModule):
             shuffle=self.shuffle_train and mode == "train",
             persistent_workers=False,
         )
+
+    def _skip_consumed(self, dataset: Dataset) -> Dataset:
+        """After a resume under Lightning's own strategies, start where the interrupted run stopped.
+
+        Lightning restarts an interrupted epoch's dataloader from its first batch while counting the restored
+        batches as done. With unshuffled data the dataset is rotated to begin at the first sample not yet
+        consumed (keeping its length, so the epoch still ends where it would have), and a resumed run sees
+        exactly the batches an uninterrupted one would. (MegatronStrategy's sampler counts consumed samples
+        itself.)
+        """
+        trainer = self.trainer
+        if trainer is None or self.shuffle_train or hasattr(trainer.strategy, "tensor_model_parallel_size"):
+            return dataset
+        consumed = trainer.global_step * self.micro_batch_size * trainer.world_size * trainer.accumulate_grad_batches
+        start = consumed % len(dataset)  # type: ignore[arg-type]
+        size = len(dataset)  # type: ignore[arg-type]
+        return Subset(dataset, [*range(start, size), *range(start)]) if start else dataset
 
     @override
     def train_dataloader(self) -> Any:

@@ -1,0 +1,86 @@
+"""Real runs of the `bionemo` command in subprocesses: the README's predict, training, resume after kill -9."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from bionemo.cli.esm2.readers import read_sequences
+from bionemo.cli.esm2.recipe import BUNDLED_SEQUENCES
+from bionemo.cli.outputs import read_predictions
+
+BIONEMO = [sys.executable, "-m", "bionemo.cli"]
+
+
+def bionemo(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    result = subprocess.run([*BIONEMO, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
+
+
+def test_readme_predict_with_no_arguments(tmp_path):
+    result = bionemo("run", "predict", cwd=tmp_path)
+    out = tmp_path / "bionemo_predictions"
+    ids, tensors = read_predictions(out / "predictions.safetensors")
+    expected = [record.id for record in read_sequences(BUNDLED_SEQUENCES)]
+    assert ids == expected
+    assert tensors["sample_index"].tolist() == list(range(len(expected)))
+    assert tensors["embeddings"].shape == (len(expected), 64)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["sequences"] == len(expected)
+    # the bundled model learned the families: far better than a uniform guess over 20 amino acids
+    assert summary["mean_perplexity"] < 10
+    assert float(tensors["perplexity"].mean()) == pytest.approx(summary["mean_perplexity"], rel=1e-5)
+    assert "mean masked-token perplexity" in result.stdout
+    assert not (out / "shards").exists()
+    # a rerun into the same directory replaces the results: same rows, no duplicates
+    bionemo("run", "predict", "--include", "perplexity", cwd=tmp_path)
+    ids_again, again = read_predictions(out / "predictions.safetensors")
+    assert ids_again == expected
+    assert "embeddings" not in again
+    torch.testing.assert_close(again["perplexity"], tensors["perplexity"])
+
+
+TRAIN = ["run", "train", "--max-steps", "40", "--val-check-interval", "10", "--seed", "3"]
+
+
+def weights(path: Path) -> dict[str, torch.Tensor]:
+    from safetensors.torch import load_file
+
+    return load_file(path)
+
+
+@pytest.mark.slow
+def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
+    straight = tmp_path / "straight"
+    bionemo(*TRAIN, "--output-dir", str(straight), cwd=tmp_path)
+    assert (straight / "training_curves.png").exists()
+    assert (straight / "logs" / "metrics.csv").exists()
+
+    killed = tmp_path / "killed"
+    process = subprocess.Popen(
+        [*BIONEMO, *TRAIN, "--output-dir", str(killed)],
+        cwd=tmp_path,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.time() + 300
+    while not (killed / "checkpoints" / "last.ckpt").exists():
+        assert process.poll() is None, "training ended before it could be killed"
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (killed / "model.safetensors").exists()
+    bionemo(*TRAIN, "--output-dir", str(killed), cwd=tmp_path)
+
+    a, b = weights(straight / "model.safetensors"), weights(killed / "model.safetensors")
+    assert a.keys() == b.keys()
+    for name in a:
+        torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)

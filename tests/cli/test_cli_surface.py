@@ -1,0 +1,116 @@
+"""The command surface: flags are pinned, recipes are listed, bad input exits 2 with a one-screen error."""
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from bionemo.cli.app import app
+from bionemo.cli.esm2.recipe import BUNDLED_CHECKPOINT
+
+runner = CliRunner()
+
+SHARED = {
+    "--recipe", "--config", "--data", "--output-dir", "--checkpoint", "--devices", "--num-nodes", "--accelerator",
+    "--strategy", "--tensor-parallel", "--pipeline-parallel", "--context-parallel", "--precision",
+    "--micro-batch-size", "--global-batch-size", "--truncate",
+}  # fmt: skip
+TRAIN_ONLY = {"--max-steps", "--val-check-interval", "--lr", "--resume", "--seed"}
+PREDICT_ONLY = {"--include", "--write-interval"}
+
+
+def option_names(command_name: str) -> set[str]:
+    import typer.main
+
+    group = typer.main.get_command(app)
+    command = group.commands["run"].commands[command_name]  # type: ignore[attr-defined]
+    names = set()
+    for param in command.params:
+        names.update(n for n in param.opts if n.startswith("--"))
+    return names - {"--help"}
+
+
+def test_flag_surface_is_pinned():
+    assert option_names("train") == SHARED | TRAIN_ONLY
+    assert option_names("predict") == SHARED | PREDICT_ONLY
+
+
+def test_recipes_list_and_show():
+    result = runner.invoke(app, ["recipes", "list"])
+    assert result.exit_code == 0
+    assert "esm2-demo" in result.output
+    assert "esm2-gpu" in result.output
+    shown = runner.invoke(app, ["recipes", "show", "esm2-gpu"])
+    assert shown.exit_code == 0
+    config = json.loads(shown.output)
+    assert config["model"]["num_layers"] == 12
+    assert config["settings"]["precision"] == "bf16-mixed"
+    assert runner.invoke(app, ["recipes", "show", "nope"]).exit_code == 2
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
+    long = "A" * 200
+    corrupted = tmp / "corrupted.safetensors"
+    corrupted.write_bytes(b"\x00\x01 not a safetensors file")
+    readonly = tmp / "readonly"
+    readonly.mkdir()
+    readonly.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    return [
+        (["--data", str(tmp / "missing.fasta")], "does not exist"),
+        (["--data", str(write(tmp / "empty.fasta", ""))], "holds no sequences"),
+        (["--data", str(write(tmp / "noheader.fasta", "MKV\n"))], "before the first '>' header"),
+        (["--data", str(write(tmp / "bad.fasta", ">a\nMKV1Z\n"))], "characters ['1'] outside the amino-acid alphabet"),
+        (["--data", str(write(tmp / "dup.fasta", ">a\nMKV\n>a\nMKV\n"))], "appears more than once"),
+        (["--data", str(write(tmp / "long.fasta", f">big\n{long}\n"))], "pass --truncate"),
+        (["--data", str(write(tmp / "nocol.csv", "id,seq\na,MKV\n"))], "'sequence' column"),
+        (["--data", str(write(tmp / "x.txt", "MKV"))], "use .fasta"),
+        (["--recipe", "nope"], "unknown recipe 'nope'"),
+        (["--checkpoint", str(tmp / "missing.safetensors")], "does not exist"),
+        (["--checkpoint", str(corrupted)], "not a readable safetensors file"),
+        (["--output-dir", str(readonly / "sub")], "cannot be created"),
+        (["--accelerator", "gpu"], "no CUDA GPU"),
+        (["--devices", "3", "--tensor-parallel", "2"], "not divisible"),
+        (["--tensor-parallel", "2", "--devices", "2"], "need --strategy megatron"),
+        (["--strategy", "megatron", "--accelerator", "cpu"], "needs GPUs"),
+        (["--config", str(write(tmp / "c.yaml", "devicez: 2\n"))], "devicez"),
+        (["--config", str(write(tmp / "c2.json", '{"devices": 0}'))], "devices"),
+        (["--config", str(tmp / "nofile.yaml")], "does not exist"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(19))
+def test_bad_input_exits_2_with_a_clear_message_and_no_output(tmp_path, index, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    args, message = bad_inputs(tmp_path)[index]
+    if os.geteuid() == 0 and "cannot be created" in message:  # root writes through directory permissions
+        args = ["--output-dir", "/proc/bionemo-cannot-exist"]
+    out = tmp_path / "out"
+    if "--output-dir" not in args:
+        args = [*args, "--output-dir", str(out)]
+    result = runner.invoke(app, ["run", "predict", *args], terminal_width=400)
+    assert result.exit_code == 2, result.output
+    assert message in " ".join(result.output.split()), result.output
+    assert len(result.output.splitlines()) < 25
+    assert not (out / "predictions.safetensors").exists()
+    assert not (out / "shards").exists()
+
+
+def test_truncate_lets_long_sequences_through_validation(tmp_path):
+    from bionemo.cli.esm2.readers import read_sequences
+
+    path = write(tmp_path / "long.fasta", f">big\n{'A' * 200}\n")
+    (record,) = read_sequences(path, max_length=128, truncate=True)
+    assert len(record.sequence) == 128
+
+
+def test_bundled_checkpoint_ships_with_the_package():
+    assert BUNDLED_CHECKPOINT.is_file()
+    assert BUNDLED_CHECKPOINT.stat().st_size < 2_000_000
