@@ -13,6 +13,7 @@ import torch
 
 from bionemo.cli.esm2.readers import read_sequences
 from bionemo.cli.esm2.recipe import BUNDLED_SEQUENCES
+from bionemo.cli.esm2.weights import read_metadata
 from bionemo.cli.outputs import read_predictions
 
 BIONEMO = [sys.executable, "-m", "bionemo.cli"]
@@ -84,3 +85,32 @@ def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+
+
+@pytest.mark.multiprocess
+def test_two_process_cpu_ddp_train_and_predict_in_input_order(tmp_path):
+    out = tmp_path / "ddp"
+    bionemo(
+        "run", "train", "--devices", "2", "--accelerator", "cpu", "--max-steps", "20", "--val-check-interval", "10",
+        "--output-dir", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    metadata = read_metadata(out / "model.safetensors")
+    assert metadata["steps"] == 20
+    fasta = tmp_path / "odd.fasta"
+    records = read_sequences(BUNDLED_SEQUENCES)[:13]  # odd count: the sampler pads one rank with a repeat
+    fasta.write_text("".join(f">{r.id}\n{r.sequence}\n" for r in records))
+    bionemo(
+        "run", "predict", "--devices", "2", "--accelerator", "cpu", "--checkpoint", str(out / "model.safetensors"),
+        "--data", str(fasta), "--output-dir", str(tmp_path / "pred"), "--micro-batch-size", "4", cwd=tmp_path,
+    )  # fmt: skip
+    ids, tensors = read_predictions(tmp_path / "pred" / "predictions.safetensors")
+    assert ids == [r.id for r in records]
+    assert tensors["sample_index"].tolist() == list(range(13))
+    # the same predictions from one process
+    bionemo(
+        "run", "predict", "--accelerator", "cpu", "--checkpoint", str(out / "model.safetensors"),
+        "--data", str(fasta), "--output-dir", str(tmp_path / "single"), cwd=tmp_path,
+    )  # fmt: skip
+    _, single = read_predictions(tmp_path / "single" / "predictions.safetensors")
+    torch.testing.assert_close(tensors["perplexity"], single["perplexity"], rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(tensors["embeddings"], single["embeddings"], rtol=1e-4, atol=1e-5)

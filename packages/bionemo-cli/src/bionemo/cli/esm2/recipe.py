@@ -314,6 +314,7 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
     writer = PredictionWriter(shards, settings.write_interval.value, overwrite=True)
     trainer = build_trainer(settings, training=False, callbacks=[writer, RichProgressBar(leave=True)])
     trainer.predict(module, datamodule=datamodule, return_predictions=False)
+    trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
     if trainer.global_rank != 0:
         return []
     merged = merge_predictions(shards)
