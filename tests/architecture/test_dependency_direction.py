@@ -20,7 +20,7 @@ THIRD_PARTY = {
     "losses": {"megatron": "megatron-core", "nemo": "nemo-toolkit"},
     "callbacks": {"lightning": "lightning", "safetensors": "safetensors"},
     "lightning": {},
-    "cli": {"typer": "typer", "rich": "rich"},
+    "cli": {"typer": "typer", "rich": "rich", "pydantic": "pydantic", "yaml": "pyyaml", "matplotlib": "matplotlib"},
 }
 # Where an indirect dependency is imported directly, it must be declared: lightning pulls these in.
 IMPLIED = {"typing_extensions", "numpy"}
