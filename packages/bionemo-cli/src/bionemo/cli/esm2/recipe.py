@@ -222,12 +222,19 @@ def _fit(
     )
     last = checkpoints / "last.ckpt"
     resume_from = str(last) if settings.resume and last.exists() and not megatron else None
+    baseline_file = out / "untrained_baseline.json"
+    if resume_from is None and not megatron:
+        # the untrained model's validation perplexity: the baseline the trained model is compared with
+        (untrained,) = trainer.validate(module, datamodule=datamodule, verbose=False)
+        if trainer.global_rank == 0:
+            baseline_file.write_text(json.dumps({"val_ppl": untrained.get("val_ppl")}))
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     if trainer.global_rank != 0:
         return []
     metrics = {
         k: float(v) for k, v in trainer.callback_metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1
     }
+    untrained_ppl = json.loads(baseline_file.read_text())["val_ppl"] if baseline_file.exists() else None
     weights = out / "model.safetensors"
     model: Any = module.module
     while hasattr(model, "module") and not hasattr(model, "decoder"):
@@ -241,6 +248,7 @@ def _fit(
             "vocab_size": tokenizer.vocab_size,
             "steps": trainer.global_step,
             "val_ppl": metrics.get("val_ppl"),
+            "untrained_val_ppl": untrained_ppl,
             "seed": settings.seed,
         },
     )
@@ -250,7 +258,8 @@ def _fit(
         ("steps", str(trainer.global_step)),
         ("sequences (train / val)", f"{len(train_records)} / {len(val)}"),
         ("final train loss", f"{metrics.get('reduced_train_loss', float('nan')):.4f}"),
-        ("validation perplexity", f"{metrics.get('val_ppl', float('nan')):.3f}  (uniform over 20 amino acids: 20)"),
+        ("validation perplexity", f"{metrics.get('val_ppl', float('nan')):.3f}"),
+        ("untrained model's validation perplexity", f"{untrained_ppl:.3f}" if untrained_ppl else "not measured"),
         ("weights", str(weights)),
         ("checkpoints (resume)", str(checkpoints)),
         ("logs (CSV, TensorBoard)", str(out / "logs")),
@@ -333,6 +342,7 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
         "mean_perplexity": float(perplexity.mean()),
         "uniform_baseline_perplexity": 20.0,
         "checkpoint_validation_perplexity": metadata.get("val_ppl"),
+        "untrained_validation_perplexity": metadata.get("untrained_val_ppl"),
         "predictions": str(path),
         "includes": sorted(i.value for i in include),
     }
@@ -340,9 +350,15 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
     return [
         ("sequences", str(len(records))),
         ("mean masked-token perplexity", f"{summary['mean_perplexity']:.3f}"),
-        ("untrained baseline (uniform over 20 amino acids)", "20.000"),
+        ("uniform guess over 20 amino acids", "20.000"),
+        ("validation perplexity at training: trained / untrained", _pair(metadata)),
         ("checkpoint", str(checkpoint)),
         ("predictions (safetensors)", str(path)),
         ("contents", ", ".join(["sequence ids", "sample_index", *sorted(k for k in merged if k != "sample_index")])),
         ("summary", str(out / "summary.json")),
     ]
+
+
+def _pair(metadata: dict[str, Any]) -> str:
+    trained, untrained = metadata.get("val_ppl"), metadata.get("untrained_val_ppl")
+    return " / ".join(f"{value:.3f}" if value else "not recorded" for value in (trained, untrained))
