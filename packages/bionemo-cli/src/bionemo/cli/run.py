@@ -5,7 +5,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bionemo.cli.settings import Accelerator, Include, Precision, StrategyChoice, WriteIntervalChoice
+from bionemo.cli.choices import Accelerator, Include, Precision, StrategyChoice, WriteIntervalChoice
 
 __all__ = ["run_app"]
 

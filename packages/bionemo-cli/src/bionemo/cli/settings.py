@@ -1,11 +1,19 @@
 """Run settings: recipe defaults, then a ``--config`` file, then command-line options, validated up front."""
 
 import json
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from bionemo.cli.choices import (
+    Accelerator,
+    Include,
+    Precision,
+    SettingsError,
+    StrategyChoice,
+    WriteIntervalChoice,
+)
 
 __all__ = [
     "Accelerator",
@@ -17,53 +25,6 @@ __all__ = [
     "WriteIntervalChoice",
     "load_config_file",
 ]
-
-
-class SettingsError(ValueError):
-    """A setting the run cannot use; ``option`` names the command-line option to fix."""
-
-    def __init__(self, message: str, option: str) -> None:
-        super().__init__(message)
-        self.option = option
-
-
-class Accelerator(StrEnum):
-    """Where to run."""
-
-    AUTO = "auto"
-    CPU = "cpu"
-    GPU = "gpu"
-
-
-class StrategyChoice(StrEnum):
-    """How to distribute: NeMo's MegatronStrategy (GPUs; TP/PP/CP/DP) or Lightning DDP (CPU or GPU; DP only)."""
-
-    AUTO = "auto"
-    MEGATRON = "megatron"
-    DDP = "ddp"
-
-
-class Precision(StrEnum):
-    """Numeric precision of training and prediction."""
-
-    FP32 = "32"
-    BF16 = "bf16-mixed"
-    FP16 = "16-mixed"
-
-
-class Include(StrEnum):
-    """What prediction writes besides the sequence ids."""
-
-    EMBEDDINGS = "embeddings"
-    LOGITS = "logits"
-    PERPLEXITY = "perplexity"
-
-
-class WriteIntervalChoice(StrEnum):
-    """When prediction shards are written."""
-
-    BATCH = "batch"
-    EPOCH = "epoch"
 
 
 class RunSettings(BaseModel):

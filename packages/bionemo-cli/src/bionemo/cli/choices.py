@@ -1,0 +1,52 @@
+"""The fixed choices of the run options and the settings error; cheap to import (no pydantic)."""
+
+from enum import StrEnum
+
+__all__ = ["Accelerator", "Include", "Precision", "SettingsError", "StrategyChoice", "WriteIntervalChoice"]
+
+
+class SettingsError(ValueError):
+    """A setting the run cannot use; ``option`` names the command-line option to fix."""
+
+    def __init__(self, message: str, option: str) -> None:
+        super().__init__(message)
+        self.option = option
+
+
+class Accelerator(StrEnum):
+    """Where to run."""
+
+    AUTO = "auto"
+    CPU = "cpu"
+    GPU = "gpu"
+
+
+class StrategyChoice(StrEnum):
+    """How to distribute: NeMo's MegatronStrategy (GPUs; TP/PP/CP/DP) or Lightning DDP (CPU or GPU; DP only)."""
+
+    AUTO = "auto"
+    MEGATRON = "megatron"
+    DDP = "ddp"
+
+
+class Precision(StrEnum):
+    """Numeric precision of training and prediction."""
+
+    FP32 = "32"
+    BF16 = "bf16-mixed"
+    FP16 = "16-mixed"
+
+
+class Include(StrEnum):
+    """What prediction writes besides the sequence ids."""
+
+    EMBEDDINGS = "embeddings"
+    LOGITS = "logits"
+    PERPLEXITY = "perplexity"
+
+
+class WriteIntervalChoice(StrEnum):
+    """When prediction shards are written."""
+
+    BATCH = "batch"
+    EPOCH = "epoch"
