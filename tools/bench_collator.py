@@ -37,14 +37,13 @@ def make_batches(n: int, device: str, vocab: int, gen: torch.Generator) -> list[
     return batches
 
 
+# key, batch dim, sequence dim, pad value: the layout batch_collator's defaults assume
+LEAVES = (("token_logits", 1, 0, 0), ("labels", 0, 1, -100), ("loss_mask", 0, 1, 0), ("embeddings", 0, None, 0))
+
+
 def write_once(batches):
     out = {}
-    for key, bdim, sdim, pad in (
-        ("token_logits", 1, 0, 0),
-        ("labels", 0, 1, -100),
-        ("loss_mask", 0, 1, 0),
-        ("embeddings", 0, None, 0),
-    ):
+    for key, bdim, sdim, pad in LEAVES:
         tensors = [b[key] for b in batches]
         shape = list(tensors[0].shape)
         shape[bdim] = sum(t.shape[bdim] for t in tensors)
@@ -65,12 +64,7 @@ def write_once(batches):
 
 def pad_then_cat(batches):
     out = {}
-    for key, bdim, sdim, pad in (
-        ("token_logits", 1, 0, 0),
-        ("labels", 0, 1, -100),
-        ("loss_mask", 0, 1, 0),
-        ("embeddings", 0, None, 0),
-    ):
+    for key, bdim, sdim, pad in LEAVES:
         tensors = [b[key] for b in batches]
         if sdim is not None:
             longest = max(t.shape[sdim] for t in tensors)

@@ -9,15 +9,7 @@ import torch
 from bionemo.callbacks import PerplexityLoggingCallback, PredictionWriter, merge_predictions
 from bionemo.lightning import MegatronDataModule
 from support.reference import reference_logits, reference_mean_loss
-from support.tiny_gpt import BigramDataset, make_module
-
-
-class LossRecorder(pl.Callback):
-    def __init__(self):
-        self.losses = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.losses.append(float(trainer.callback_metrics["reduced_train_loss"]))
+from support.tiny_gpt import BigramDataset, LossRecorder, make_module
 
 
 @pytest.fixture(scope="module")

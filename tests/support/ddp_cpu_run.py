@@ -19,15 +19,7 @@ import torch  # noqa: E402
 
 from bionemo.callbacks import PerplexityLoggingCallback, PredictionWriter  # noqa: E402
 from bionemo.lightning import MegatronDataModule  # noqa: E402
-from support.tiny_gpt import BigramDataset, make_module  # noqa: E402
-
-
-class LossRecorder(pl.Callback):
-    def __init__(self):
-        self.losses = []
-
-    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        self.losses.append(float(trainer.callback_metrics["reduced_train_loss"]))
+from support.tiny_gpt import BigramDataset, LossRecorder, make_module  # noqa: E402
 
 
 def main(out_dir: Path) -> None:

@@ -7,6 +7,7 @@ The data is a learnable bigram pattern: x[t+1] = (5 * x[t] + 3) % vocab from a r
 from dataclasses import dataclass
 from typing import Any
 
+import lightning.pytorch as pl
 import torch
 from megatron.core import parallel_state
 from megatron.core.models.gpt import GPTModel
@@ -104,3 +105,13 @@ def make_module(config: TinyGPTConfig | None = None, lr: float = 3e-3, **kwargs:
     return BionemoLightningModule(
         config or TinyGPTConfig(), forward_step=forward_step, data_step=data_step, optimizer=optimizer, **kwargs
     )
+
+
+class LossRecorder(pl.Callback):
+    """Records ``reduced_train_loss`` after every training step."""
+
+    def __init__(self):
+        self.losses = []
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        self.losses.append(float(trainer.callback_metrics["reduced_train_loss"]))

@@ -30,13 +30,22 @@ GPU_MODEL = {
 }
 
 
-def _defaults(model: dict[str, Any], **run: Any) -> dict[str, Any]:
-    return {"model": model, **run}
+def _recipe(name: str, description: str, model: dict[str, Any], **run: Any) -> Recipe:
+    defaults = {"model": model, **run}
+    return Recipe(
+        name=name,
+        description=description,
+        defaults=defaults,
+        train=functools.partial(train, defaults=defaults, recipe=name),
+        predict=functools.partial(predict, defaults=defaults, recipe=name),
+    )
 
 
 def demo() -> Recipe:
-    """The CPU demo: a 4-layer, 64-wide protein encoder trained on synthetic families in about a minute."""
-    defaults = _defaults(
+    """The CPU demo: a 4-layer, 64-wide protein encoder trained on synthetic families in under a minute."""
+    return _recipe(
+        "esm2-demo",
+        "ESM-2-style protein MLM, 4 layers x 64 (CPU demo; bundled trained weights)",
         DEMO_MODEL,
         micro_batch_size=16,
         global_batch_size=16,
@@ -45,18 +54,13 @@ def demo() -> Recipe:
         lr=2e-3,
         precision=Precision.FP32.value,
     )
-    return Recipe(
-        name="esm2-demo",
-        description="ESM-2-style protein MLM, 4 layers x 64 (CPU demo; bundled trained weights)",
-        defaults=defaults,
-        train=functools.partial(train, defaults=defaults, recipe="esm2-demo"),
-        predict=functools.partial(predict, defaults=defaults, recipe="esm2-demo"),
-    )
 
 
 def gpu() -> Recipe:
     """ESM-2 35M-sized: 12 layers, 480 wide, 1024 residues; bf16 with fused SDPA attention on GPUs."""
-    defaults = _defaults(
+    return _recipe(
+        "esm2-gpu",
+        "ESM-2-style protein MLM, 12 layers x 480, 1024 residues (GPU; bf16, fused attention)",
         GPU_MODEL,
         micro_batch_size=32,
         global_batch_size=256,
@@ -64,13 +68,6 @@ def gpu() -> Recipe:
         val_check_interval=1000,
         lr=4e-4,
         precision=Precision.BF16.value,
-    )
-    return Recipe(
-        name="esm2-gpu",
-        description="ESM-2-style protein MLM, 12 layers x 480, 1024 residues (GPU; bf16, fused attention)",
-        defaults=defaults,
-        train=functools.partial(train, defaults=defaults, recipe="esm2-gpu"),
-        predict=functools.partial(predict, defaults=defaults, recipe="esm2-gpu"),
     )
 
 
