@@ -114,3 +114,16 @@ def test_truncate_lets_long_sequences_through_validation(tmp_path):
 def test_bundled_checkpoint_ships_with_the_package():
     assert BUNDLED_CHECKPOINT.is_file()
     assert BUNDLED_CHECKPOINT.stat().st_size < 2_000_000
+
+
+def test_recipes_from_another_package_are_found_through_entry_points(monkeypatch):
+    from importlib.metadata import EntryPoint
+
+    import bionemo.cli.recipe as recipe_module
+
+    extra = EntryPoint(name="my-model", value="bionemo.cli.esm2.recipe:gpu", group=recipe_module.ENTRY_POINT_GROUP)
+    monkeypatch.setattr(recipe_module, "entry_points", lambda group: [extra] if group == extra.group else [])
+    assert recipe_module.available_recipes()["my-model"] == "bionemo.cli.esm2.recipe:gpu"
+    assert recipe_module.load_recipe("my-model").name == "esm2-gpu"
+    listed = runner.invoke(app, ["recipes", "list"])
+    assert "my-model" in listed.output

@@ -17,6 +17,10 @@ __all__ = ["ENTRY_POINT_GROUP", "Recipe", "available_recipes", "load_recipe"]
 
 ENTRY_POINT_GROUP = "bionemo.recipes"
 
+BUILTIN_RECIPES = {"esm2-demo": "bionemo.cli.esm2.recipe:demo", "esm2-gpu": "bionemo.cli.esm2.recipe:gpu"}
+"""The recipes shipped with bionemo-cli (also declared as entry points; listed here so they are found when the
+sources run without installed metadata, e.g. from PYTHONPATH)."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Recipe:
@@ -39,8 +43,8 @@ class Recipe:
 
 
 def available_recipes() -> dict[str, str]:
-    """Recipe names and their entry-point targets (nothing is imported)."""
-    return {ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    """Recipe names and their ``module:attribute`` targets (nothing is imported)."""
+    return {**BUILTIN_RECIPES, **{ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}}
 
 
 def load_recipe(name: str) -> Recipe:
