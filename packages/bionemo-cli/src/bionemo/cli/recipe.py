@@ -53,13 +53,11 @@ def load_recipe(name: str) -> Recipe:
     Raises:
         KeyError: No installed recipe has that name (the message lists the valid ones).
     """
-    for ep in entry_points(group=ENTRY_POINT_GROUP):
-        if ep.name == name:
-            loaded = ep.load()
-            recipe = loaded() if callable(loaded) and not isinstance(loaded, Recipe) else loaded
-            if not isinstance(recipe, Recipe):
-                raise TypeError(
-                    f"entry point {ep.value!r} of recipe {name!r} gave {type(recipe).__name__}, not a Recipe"
-                )
-            return recipe
-    raise KeyError(f"unknown recipe {name!r}; installed recipes: {sorted(available_recipes())}")
+    target = available_recipes().get(name)
+    if target is None:
+        raise KeyError(f"unknown recipe {name!r}; installed recipes: {sorted(available_recipes())}")
+    loaded = EntryPoint(name=name, value=target, group=ENTRY_POINT_GROUP).load()
+    recipe = loaded() if callable(loaded) and not isinstance(loaded, Recipe) else loaded
+    if not isinstance(recipe, Recipe):
+        raise TypeError(f"entry point {target!r} of recipe {name!r} gave {type(recipe).__name__}, not a Recipe")
+    return recipe
