@@ -10,7 +10,7 @@ where ``my_model`` is a :class:`Recipe` (or a function returning one).
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
 __all__ = ["ENTRY_POINT_GROUP", "Recipe", "available_recipes", "load_recipe"]
