@@ -98,7 +98,9 @@ def build_trainer(
         "max_steps": max_steps,
         "callbacks": callbacks,
         "logger": logger,
-        "default_root_dir": default_root_dir,
+        # a str: NeMo's Trainer wraps the class of every argument for its IO capture, and wrapping
+        # pathlib.PosixPath breaks every later Path() in the process (seen on the GPU machine)
+        "default_root_dir": None if default_root_dir is None else str(default_root_dir),
         "num_sanity_val_steps": 0,
         "enable_model_summary": False,
     }
