@@ -13,6 +13,13 @@ from bionemo.cli.esm2.recipe import BUNDLED_CHECKPOINT
 
 runner = CliRunner()
 
+
+def flat(output: str) -> str:
+    """The CLI output as one line, without the error box's borders (rich wraps long messages)."""
+    for border in "│╭╮╰╯─":
+        output = output.replace(border, " ")
+    return " ".join(output.split())
+
 SHARED = {
     "--recipe", "--config", "--data", "--output-dir", "--checkpoint", "--devices", "--num-nodes", "--accelerator",
     "--strategy", "--tensor-parallel", "--pipeline-parallel", "--context-parallel", "--precision",
@@ -47,8 +54,37 @@ def test_recipes_list_and_show():
     assert shown.exit_code == 0
     config = json.loads(shown.output)
     assert config["model"]["num_layers"] == 12
-    assert config["settings"]["precision"] == "bf16-mixed"
+    assert config["precision"] == "bf16-mixed"
     assert runner.invoke(app, ["recipes", "show", "nope"]).exit_code == 2
+
+
+def test_shown_settings_work_as_a_config_file_and_options_override_them(tmp_path):
+    from bionemo.cli.settings import RunSettings
+
+    shown = runner.invoke(app, ["recipes", "show", "esm2-demo"])
+    path = tmp_path / "settings.json"
+    path.write_text(shown.output)
+    settings = RunSettings.resolve(path, {"max_steps": 7, "lr": None})
+    assert settings.recipe == "esm2-demo"
+    assert settings.max_steps == 7  # the option wins
+    assert settings.lr == json.loads(shown.output)["lr"]  # an option not given keeps the file's value
+    assert settings.model is not None
+    assert settings.model["num_layers"] == 4
+    yaml_path = tmp_path / "settings.yaml"
+    yaml_path.write_text("micro-batch-size: 3\nmodel:\n  num_layers: 2\n")
+    assert RunSettings.resolve(yaml_path, {}).micro_batch_size == 3
+
+
+def test_unknown_model_settings_are_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  num_layerz: 2\n")
+    result = runner.invoke(app, ["run", "train", "--config", str(path)], terminal_width=300)
+    assert result.exit_code == 2
+    assert "unknown model settings ['num_layerz']" in flat(result.output)
+    predict = runner.invoke(app, ["run", "predict", "--config", str(path)], terminal_width=300)
+    assert predict.exit_code == 2
+    assert "prediction reads the model from --checkpoint" in flat(predict.output)
 
 
 def write(path: Path, text: str) -> Path:
@@ -97,7 +133,7 @@ def test_bad_input_exits_2_with_a_clear_message_and_no_output(tmp_path, index, m
         args = [*args, "--output-dir", str(out)]
     result = runner.invoke(app, ["run", "predict", *args], terminal_width=400)
     assert result.exit_code == 2, result.output
-    assert message in " ".join(result.output.split()), result.output
+    assert message in flat(result.output), result.output
     assert len(result.output.splitlines()) < 25
     assert not (out / "predictions.safetensors").exists()
     assert not (out / "shards").exists()

@@ -26,7 +26,7 @@ def list_recipes() -> None:
 
 @recipes_app.command("show")
 def show_recipe(name: Annotated[str, typer.Argument(help="Recipe name.")]) -> None:
-    """Print a recipe's full default settings as JSON (usable as a --config file)."""
+    """Print a recipe's full default settings as JSON; save it, edit it and pass it as --config."""
     from bionemo.cli.recipe import load_recipe
     from bionemo.cli.settings import RunSettings
 
@@ -34,6 +34,5 @@ def show_recipe(name: Annotated[str, typer.Argument(help="Recipe name.")]) -> No
         recipe = load_recipe(name)
     except KeyError as error:
         raise typer.BadParameter(str(error.args[0]), param_hint="'NAME'") from None
-    settings = RunSettings.model_validate({"recipe": name}).model_dump(mode="json")
-    settings.update({k: v for k, v in recipe.defaults.items() if k != "model"})
-    typer.echo(json.dumps({"settings": settings, "model": recipe.defaults.get("model", {})}, indent=2))
+    settings = RunSettings.model_validate({"recipe": name, **recipe.defaults}).model_dump(mode="json")
+    typer.echo(json.dumps(settings, indent=2))

@@ -53,6 +53,8 @@ class RunSettings(BaseModel):
     lr: float | None = Field(None, gt=0)
     resume: bool = True
     seed: int = 0
+    model: dict[str, Any] | None = None
+    """Model hyper-parameters to change from the recipe's (training only; from a ``--config`` file)."""
     # predict
     include: list[Include] = Field(default_factory=lambda: [Include.EMBEDDINGS, Include.PERPLEXITY])
     write_interval: WriteIntervalChoice = WriteIntervalChoice.EPOCH

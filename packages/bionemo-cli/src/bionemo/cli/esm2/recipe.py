@@ -116,6 +116,7 @@ def _datamodule(settings: RunSettings, defaults: dict[str, Any], predicting: boo
 
 def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> list[tuple[str, str]]:
     """Train on ``--data`` (default: freshly generated demo families) and export ``model.safetensors``."""
+    defaults = {**defaults, "model": _checked_model({**defaults["model"], **(settings.model or {})})}
     from bionemo.cli.esm2.demo_data import demo_families, write_fasta
     from bionemo.cli.esm2.readers import InputError, read_sequences
     from bionemo.cli.trainers import check_hardware, check_output_dir, is_launching_rank
@@ -278,6 +279,10 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
     from bionemo.cli.trainers import build_trainer, check_hardware, check_output_dir, is_launching_rank
     from bionemo.lightning import BionemoLightningModule, default_megatron_optimizer
 
+    if settings.model:
+        raise SettingsError(
+            "model settings apply to training; prediction reads the model from --checkpoint", "--config"
+        )
     checkpoint = settings.checkpoint or BUNDLED_CHECKPOINT
     metadata = read_metadata(checkpoint)
     if "model" not in metadata:
@@ -359,3 +364,20 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
 def _pair(metadata: dict[str, Any]) -> str:
     trained, untrained = metadata.get("val_ppl"), metadata.get("untrained_val_ppl")
     return " / ".join(f"{value:.3f}" if value else "not recorded" for value in (trained, untrained))
+
+
+def _checked_model(model: dict[str, Any]) -> dict[str, Any]:
+    """``model`` if every key is an ``ESM2Config`` field, else a SettingsError listing the valid ones."""
+    import dataclasses
+
+    from bionemo.cli.esm2.model import ESM2Config
+
+    valid = {field.name for field in dataclasses.fields(ESM2Config)}
+    unknown = sorted(set(model) - valid)
+    if unknown:
+        raise SettingsError(
+            f"unknown model settings {unknown}; valid ones include num_layers, hidden_size, num_attention_heads, "
+            "ffn_hidden_size, seq_length, position_embedding (any megatron TransformerConfig field)",
+            "--config",
+        )
+    return model
