@@ -114,3 +114,27 @@ def test_two_process_cpu_ddp_train_and_predict_in_input_order(tmp_path):
     _, single = read_predictions(tmp_path / "single" / "predictions.safetensors")
     torch.testing.assert_close(tensors["perplexity"], single["perplexity"], rtol=1e-4, atol=1e-5)
     torch.testing.assert_close(tensors["embeddings"], single["embeddings"], rtol=1e-4, atol=1e-5)
+
+
+def test_predict_options_logits_and_batch_interval(tmp_path):
+    out = tmp_path / "pred"
+    bionemo(
+        "run", "predict", "--include", "logits", "--include", "perplexity", "--write-interval", "batch",
+        "--micro-batch-size", "5", "--output-dir", str(out), cwd=tmp_path,
+    )  # fmt: skip
+    ids, tensors = read_predictions(out / "predictions.safetensors")
+    records = read_sequences(BUNDLED_SEQUENCES)
+    assert ids == [r.id for r in records]
+    assert set(tensors) == {"sample_index", "perplexity", "log_probs"}
+    longest = max(len(r.sequence) for r in records) + 2
+    log_probs = tensors["log_probs"]
+    assert log_probs.shape[:2] == (len(records), longest)  # [n, s, v], padded to the longest sequence
+    # each real position holds a normalized distribution; padding positions are zero-filled
+    first_len = len(records[0].sequence) + 2
+    torch.testing.assert_close(log_probs[0, :first_len].exp().sum(-1), torch.ones(first_len))
+    assert log_probs[0, first_len:].eq(0).all()
+    # same masking as the default run: the same per-sequence perplexities
+    default = tmp_path / "default"
+    bionemo("run", "predict", "--output-dir", str(default), cwd=tmp_path)
+    _, reference = read_predictions(default / "predictions.safetensors")
+    torch.testing.assert_close(tensors["perplexity"], reference["perplexity"], rtol=1e-5, atol=1e-5)

@@ -20,6 +20,7 @@ def flat(output: str) -> str:
         output = output.replace(border, " ")
     return " ".join(output.split())
 
+
 SHARED = {
     "--recipe", "--config", "--data", "--output-dir", "--checkpoint", "--devices", "--num-nodes", "--accelerator",
     "--strategy", "--tensor-parallel", "--pipeline-parallel", "--context-parallel", "--precision",

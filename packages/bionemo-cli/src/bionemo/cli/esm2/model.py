@@ -82,7 +82,7 @@ def make_predict_step(include_embeddings: bool, include_logits: bool, eos_id: in
     """The prediction forward step: per-sequence masked-token loss sums, and optionally embeddings and logits.
 
     Outputs (``b`` sequences): ``loss_sum [b]`` and ``num_masked [b]`` (perplexity = exp(sum / count)),
-    ``embeddings [b, h]`` (mean of the final hidden states over residues) and ``log_probs [s, b, v]``.
+    ``embeddings [b, h]`` (mean of the final hidden states over residues) and ``log_probs [b, s, v]``.
     """
 
     def predict_step(model: GPTModel, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -111,7 +111,8 @@ def make_predict_step(include_embeddings: bool, include_logits: bool, eos_id: in
                 from megatron.core.tensor_parallel import gather_from_tensor_model_parallel_region
 
                 logits = gather_from_tensor_model_parallel_region(logits)
-            out["log_probs"] = torch.log_softmax(logits.float(), dim=-1)
+            log_probs = torch.log_softmax(logits.float(), dim=-1).transpose(0, 1)  # [b, s, v]
+            out["log_probs"] = log_probs * batch["attention_mask"].unsqueeze(-1)  # padding positions hold 0
         return out
 
     return predict_step
