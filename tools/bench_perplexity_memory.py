@@ -14,6 +14,7 @@ Usage: uv run python tools/bench_perplexity_memory.py [--seq 512 --batch 8 --voc
 
 import argparse
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +58,7 @@ def micro_batches(n, seq, batch, vocab):
 def ours(outputs, reduced, trainer, module):
     callback = PerplexityLoggingCallback(groups=ParallelGroups())
     callback.on_validation_epoch_start(trainer, module)
-    step = SimpleNamespace(trainer=trainer, pl_module=module)
+    step: Any = SimpleNamespace(trainer=trainer, pl_module=module)
     callback.on_megatron_reduce_microbatches_end(step, reduced, MaskedTokenLossReduction(), None)
     callback.on_validation_epoch_end(trainer, module)
     return module.logged["val_ppl"]
