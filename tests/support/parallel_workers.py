@@ -86,3 +86,55 @@ def ppl_worker(rank, world_size, layout):
     train_module, train_trainer = _Module(), _Trainer("train")
     callback.on_megatron_reduce_microbatches_end(_Step(train_trainer, train_module), outputs, reduction, reduced)
     return {"val_ppl": module.logged["val_ppl"], "train_ppl": train_module.logged["train_ppl"]}
+
+
+def esm2_inputs():
+    gen = torch.Generator().manual_seed(5)
+    tokens = torch.randint(5, 26, (3, 12), generator=gen)
+    valid = torch.arange(12)[None, :] < torch.tensor([12, 9, 7])[:, None]
+    return tokens, valid
+
+
+def esm2_config(tp: int):
+    from bionemo.cli.esm2.model import ESM2Config
+
+    return ESM2Config(
+        num_layers=2, hidden_size=32, num_attention_heads=4, ffn_hidden_size=64, seq_length=20,
+        tensor_model_parallel_size=tp,
+    )  # fmt: skip
+
+
+def esm2_logits(model, tokens, valid):
+    """Full-vocabulary logits [b, s, v]; vocab shards gathered on CPU (megatron's gather is CUDA-only)."""
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    position_ids = torch.arange(tokens.shape[1]).expand_as(tokens)
+    logits = model(tokens, position_ids, ~valid[:, None, None, :])
+    size = parallel_state.get_tensor_model_parallel_world_size()
+    if size == 1:
+        return logits
+    shards = [torch.empty_like(logits) for _ in range(size)]
+    dist.all_gather(shards, logits.contiguous(), group=parallel_state.get_tensor_model_parallel_group())
+    return torch.cat(shards, dim=-1)
+
+
+def esm2_tp_worker(rank, world_size):
+    """A tensor-parallel encoder's logits and its gathered full weights; checks the round trip on every rank."""
+    from megatron.core import parallel_state
+
+    from bionemo.cli.esm2.weights import apply_weights, full_state_dict
+
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=world_size)
+    torch.manual_seed(0)
+    model = esm2_config(world_size).configure_model().eval()
+    tokens, valid = esm2_inputs()
+    logits = esm2_logits(model, tokens, valid)
+    full = full_state_dict(model)
+    torch.manual_seed(1)
+    other = esm2_config(world_size).configure_model().eval()
+    apply_weights(other, full)
+    for name, value in model.state_dict().items():
+        if isinstance(value, torch.Tensor) and not name.endswith("_extra_state"):
+            assert torch.equal(value, other.state_dict()[name]), name
+    return {"logits": logits.detach(), "full": full}

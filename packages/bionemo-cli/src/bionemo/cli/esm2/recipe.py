@@ -154,7 +154,7 @@ def _fit(
     from bionemo.cli.esm2.data import MaskedProteinDataset, data_step
     from bionemo.cli.esm2.model import forward_step
     from bionemo.cli.esm2.tokenizer import ProteinTokenizer
-    from bionemo.cli.esm2.weights import save_weights
+    from bionemo.cli.esm2.weights import full_state_dict, save_weights
     from bionemo.cli.plots import plot_curves
     from bionemo.cli.trainers import build_trainer, uses_megatron
     from bionemo.lightning import BionemoLightningModule
@@ -227,6 +227,10 @@ def _fit(
         if trainer.global_rank == 0:
             baseline_file.write_text(json.dumps({"val_ppl": untrained.get("val_ppl")}))
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    model: Any = module.module
+    while hasattr(model, "module") and not hasattr(model, "decoder"):
+        model = model.module
+    tensors = full_state_dict(model)  # gathers tensor-parallel shards: every rank takes part
     if trainer.global_rank != 0:
         return []
     metrics = {
@@ -234,11 +238,8 @@ def _fit(
     }
     untrained_ppl = json.loads(baseline_file.read_text())["val_ppl"] if baseline_file.exists() else None
     weights = out / "model.safetensors"
-    model: Any = module.module
-    while hasattr(model, "module") and not hasattr(model, "decoder"):
-        model = model.module
     save_weights(
-        model,
+        tensors,
         weights,
         {
             "recipe": recipe,

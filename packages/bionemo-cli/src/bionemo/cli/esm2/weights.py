@@ -10,16 +10,45 @@ from safetensors import safe_open
 from bionemo.callbacks import save_safetensors_atomically
 from bionemo.cli.settings import SettingsError
 
-__all__ = ["apply_weights", "read_metadata", "read_weights", "save_weights"]
+__all__ = ["apply_weights", "full_state_dict", "read_metadata", "read_weights", "save_weights"]
 
 
-def save_weights(model: torch.nn.Module, path: Path, metadata: dict[str, Any]) -> None:
-    """Write the model's tensors (``_extra_state`` entries left out) and JSON ``metadata`` atomically."""
-    tensors = {
-        name: value.detach().to("cpu").contiguous().clone()
-        for name, value in model.state_dict().items()
-        if isinstance(value, torch.Tensor) and not name.endswith("_extra_state")
-    }
+def _tensor_parallel() -> tuple[int, int, Any]:
+    """(size, rank, group) of megatron's tensor-parallel group; (1, 0, None) without one."""
+    from megatron.core import parallel_state
+
+    if not parallel_state.model_parallel_is_initialized():
+        return 1, 0, None
+    size = parallel_state.get_tensor_model_parallel_world_size()
+    if size == 1:
+        return 1, 0, None
+    return size, parallel_state.get_tensor_model_parallel_rank(), parallel_state.get_tensor_model_parallel_group()
+
+
+def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    """The model's tensors on CPU, with tensor-parallel shards gathered into full tensors.
+
+    A collective under tensor parallelism: every rank of the tensor-parallel group must call it.
+    """
+    import torch.distributed as dist
+
+    size, _, group = _tensor_parallel()
+    params = dict(model.named_parameters())
+    full = {}
+    for name, value in model.state_dict().items():
+        if not isinstance(value, torch.Tensor) or name.endswith("_extra_state"):
+            continue
+        param = params.get(name)
+        if size > 1 and param is not None and getattr(param, "tensor_model_parallel", False):
+            shards = [torch.empty_like(value) for _ in range(size)]
+            dist.all_gather(shards, value.contiguous(), group=group)
+            value = torch.cat(shards, dim=getattr(param, "partition_dim", 0))
+        full[name] = value.detach().to("cpu").contiguous().clone()
+    return full
+
+
+def save_weights(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, Any]) -> None:
+    """Write full (see :func:`full_state_dict`) model tensors and JSON ``metadata`` atomically."""
     save_safetensors_atomically(tensors, path, {key: json.dumps(value) for key, value in metadata.items()})
 
 
@@ -54,12 +83,7 @@ def apply_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> N
     Raises:
         ValueError: A model parameter is missing from the file or has an incompatible shape.
     """
-    from megatron.core import parallel_state
-
-    tp_size = (
-        parallel_state.get_tensor_model_parallel_world_size() if parallel_state.model_parallel_is_initialized() else 1
-    )
-    tp_rank = parallel_state.get_tensor_model_parallel_rank() if tp_size > 1 else 0
+    tp_size, tp_rank, _ = _tensor_parallel()
     state = model.state_dict()
     missing = [name for name in state if not name.endswith("_extra_state") and name not in tensors]
     if missing:

@@ -1,0 +1,56 @@
+"""SDPACoreAttention against attention written out in plain PyTorch."""
+
+import math
+
+import pytest
+import torch
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from bionemo.lightning import SDPACoreAttention
+
+
+def reference(q, k, v, allowed):
+    """softmax(q k^T / sqrt(d)) v with ``allowed`` [b, 1, s, s] (True = may attend); q, k, v [s, b, h, d]."""
+    q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, h, s, d]
+    scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    out = torch.softmax(scores, dim=-1) @ v  # [b, h, s, d]
+    s, b, h, d = out.shape[2], out.shape[0], out.shape[1], out.shape[3]
+    return out.permute(2, 0, 1, 3).reshape(s, b, h * d)
+
+
+def make(mask_type):
+    config = TransformerConfig(num_layers=1, hidden_size=16, num_attention_heads=4, use_cpu_initialization=True)
+    return SDPACoreAttention(config, layer_number=1, attn_mask_type=mask_type, attention_type="self").eval()
+
+
+@pytest.fixture
+def qkv():
+    gen = torch.Generator().manual_seed(0)
+    return [torch.randn(6, 2, 4, 4, generator=gen) for _ in range(3)]
+
+
+def test_padding_mask_matches_reference(qkv):
+    lengths = torch.tensor([6, 4])
+    valid = torch.arange(6)[None, :] < lengths[:, None]  # [b, s]
+    megatron_mask = ~valid[:, None, None, :]  # True = masked out, [b, 1, 1, s]
+    out = make(AttnMaskType.padding)(*qkv, megatron_mask)
+    allowed = valid[:, None, None, :].expand(2, 1, 6, 6)
+    torch.testing.assert_close(out, reference(*qkv, allowed))
+
+
+def test_causal_matches_reference(qkv):
+    out = make(AttnMaskType.causal)(*qkv, None)
+    allowed = torch.ones(6, 6, dtype=torch.bool).tril()[None, None].expand(2, 1, 6, 6)
+    torch.testing.assert_close(out, reference(*qkv, allowed))
+
+
+def test_unsupported_inputs_are_refused(qkv):
+    with pytest.raises(ValueError, match="packed sequences"):
+        make(AttnMaskType.padding)(*qkv, None, packed_seq_params=object())
+    config = TransformerConfig(
+        num_layers=1, hidden_size=16, num_attention_heads=4, context_parallel_size=2, use_cpu_initialization=True
+    )
+    with pytest.raises(ValueError, match="context_parallel_size=2"):
+        SDPACoreAttention(config, layer_number=1, attn_mask_type=AttnMaskType.padding, attention_type="self")
