@@ -1,0 +1,84 @@
+"""`bionemo run train` / `run predict` with the built-in recipe on GPUs: 1 GPU, DP=2, TP=2 (MegatronStrategy).
+
+Each layout trains the demo recipe briefly, then predicts the bundled sequences with its weights; the
+predictions of the three layouts come out in the same (input) order, and the same weights predict the
+same values in every layout.
+"""
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from bionemo.cli.outputs import read_predictions
+
+LAYOUTS = [
+    pytest.param([], id="1gpu", marks=pytest.mark.gpu),
+    pytest.param(["--devices", "2"], id="dp2", marks=pytest.mark.multi_gpu),
+    pytest.param(
+        ["--devices", "2", "--tensor-parallel", "2", "--strategy", "megatron"], id="tp2", marks=pytest.mark.multi_gpu
+    ),
+]
+
+
+def bionemo(args: list[str], log: Path) -> float:
+    start = time.perf_counter()
+    result = subprocess.run(
+        [sys.executable, "-m", "bionemo.cli", *args], capture_output=True, text=True, timeout=540, check=False
+    )
+    log.write_text(" ".join(args) + "\n" + result.stdout + "\n" + result.stderr)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
+    return time.perf_counter() - start
+
+
+@pytest.fixture(scope="module")
+def logs() -> Path:
+    path = Path(os.environ.get("BIONEMO_GPU_LOG_DIR", "/tmp/bionemo-gpu-logs"))
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+def test_train_then_predict(tmp_path, logs, layout, request):
+    name = request.node.callspec.id
+    train_s = bionemo(
+        [
+            "run",
+            "train",
+            "--max-steps",
+            "30",
+            "--val-check-interval",
+            "30",
+            "--output-dir",
+            str(tmp_path / "run"),
+            *layout,
+        ],
+        logs / f"cli_train_{name}.log",
+    )
+    weights = tmp_path / "run" / "model.safetensors"
+    assert weights.exists()
+    predict_s = bionemo(
+        ["run", "predict", "--output-dir", str(tmp_path / "pred"), *layout], logs / f"cli_predict_{name}.log"
+    )
+    ids, bundled = read_predictions(tmp_path / "pred" / "predictions.safetensors")
+    assert bundled["sample_index"].tolist() == list(range(len(ids)))
+    torch.save({"ids": ids, **bundled}, logs / f"cli_bundled_{name}.pt")
+    (logs / f"cli_timing_{name}.txt").write_text(f"train {train_s:.1f} s, predict {predict_s:.1f} s\n")
+
+
+@pytest.mark.multi_gpu
+def test_layouts_agree(logs):
+    """Runs after the three layouts (file order): the bundled weights predict alike in every layout."""
+    runs = {name: logs / f"cli_bundled_{name}.pt" for name in ("1gpu", "dp2", "tp2")}
+    missing = sorted(name for name, path in runs.items() if not path.exists())
+    assert not missing, f"layouts without predictions: {missing}"
+    present = {name: torch.load(path, weights_only=True) for name, path in runs.items()}
+    reference = present["1gpu"]
+    for name, other in present.items():
+        assert other["ids"] == reference["ids"], name
+        torch.testing.assert_close(other["perplexity"], reference["perplexity"], rtol=2e-2, atol=2e-2, msg=name)
+        torch.testing.assert_close(other["embeddings"], reference["embeddings"], rtol=2e-2, atol=2e-2, msg=name)
