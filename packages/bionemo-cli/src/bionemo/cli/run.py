@@ -12,7 +12,7 @@ __all__ = ["run_app"]
 run_app = typer.Typer(help="Train a model or predict with one.", no_args_is_help=True)
 
 RecipeOpt = Annotated[
-    str | None, typer.Option("--recipe", help="Recipe name (see `bionemo recipes list`). [default: esm2-demo]")
+    str | None, typer.Option("--recipe", help="Recipe name (see `bionemo recipes list`). Default: esm2-demo.")
 ]
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="YAML or JSON file of settings; options given here override it.")
@@ -20,18 +20,28 @@ ConfigOpt = Annotated[
 DataOpt = Annotated[Path | None, typer.Option("--data", help="FASTA (.fasta/.fa/.faa) or CSV (id,sequence) file.")]
 OutOpt = Annotated[Path | None, typer.Option("--output-dir", help="Where results go.")]
 CkptOpt = Annotated[Path | None, typer.Option("--checkpoint", help="Model weights (.safetensors) to predict with.")]
-DevicesOpt = Annotated[int | None, typer.Option("--devices", min=1, help="Devices per node. [default: 1]")]
+DevicesOpt = Annotated[int | None, typer.Option("--devices", min=1, help="Devices per node. Default: 1.")]
 NodesOpt = Annotated[
-    int | None, typer.Option("--num-nodes", min=1, help="Nodes (torchrun / SLURM launch). [default: 1]")
+    int | None, typer.Option("--num-nodes", min=1, help="Nodes (torchrun / SLURM launch). Default: 1.")
 ]
-AccelOpt = Annotated[Accelerator | None, typer.Option("--accelerator", help="[default: auto]")]
+AccelOpt = Annotated[
+    Accelerator | None, typer.Option("--accelerator", help="Where to run. Default: auto (GPUs when there are any).")
+]
 StrategyOpt = Annotated[
     StrategyChoice | None, typer.Option("--strategy", help="auto: megatron on GPUs, Lightning on CPU.")
 ]
-TPOpt = Annotated[int | None, typer.Option("--tensor-parallel", min=1, help="[default: 1]")]
-PPOpt = Annotated[int | None, typer.Option("--pipeline-parallel", min=1, help="[default: 1]")]
-CPOpt = Annotated[int | None, typer.Option("--context-parallel", min=1, help="[default: 1]")]
-PrecisionOpt = Annotated[Precision | None, typer.Option("--precision", help="[default: the recipe's]")]
+TPOpt = Annotated[
+    int | None, typer.Option("--tensor-parallel", min=1, help="Tensor-parallel size (megatron). Default: 1.")
+]
+PPOpt = Annotated[
+    int | None, typer.Option("--pipeline-parallel", min=1, help="Pipeline-parallel size (megatron). Default: 1.")
+]
+CPOpt = Annotated[
+    int | None, typer.Option("--context-parallel", min=1, help="Context-parallel size (megatron). Default: 1.")
+]
+PrecisionOpt = Annotated[
+    Precision | None, typer.Option("--precision", help="Numeric precision. Default: the recipe's.")
+]
 MBSOpt = Annotated[int | None, typer.Option("--micro-batch-size", min=1)]
 GBSOpt = Annotated[int | None, typer.Option("--global-batch-size", min=1)]
 TruncateOpt = Annotated[
@@ -79,18 +89,22 @@ def train(
     micro_batch_size: MBSOpt = None,
     global_batch_size: GBSOpt = None,
     truncate: TruncateOpt = None,
-    max_steps: Annotated[int | None, typer.Option("--max-steps", min=1, help="[default: the recipe's]")] = None,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", min=1, help="Optimizer steps. Default: the recipe's.")
+    ] = None,
     val_check_interval: Annotated[
         int | None, typer.Option("--val-check-interval", min=1, help="Steps between validations.")
     ] = None,
-    lr: Annotated[float | None, typer.Option("--lr", min=0.0, help="Learning rate. [default: the recipe's]")] = None,
+    lr: Annotated[float | None, typer.Option("--lr", min=0.0, help="Learning rate. Default: the recipe's.")] = None,
     resume: Annotated[
         bool | None,
         typer.Option(
-            "--resume/--no-resume", help="Continue from the last checkpoint in --output-dir. [default: resume]"
+            "--resume/--no-resume", help="Continue from the last checkpoint in --output-dir. Default: resume."
         ),
     ] = None,
-    seed: Annotated[int | None, typer.Option("--seed", help="[default: 0]")] = None,
+    seed: Annotated[
+        int | None, typer.Option("--seed", help="Random seed (data split, masking, init). Default: 0.")
+    ] = None,
 ) -> None:
     """Train (or fine-tune) the recipe's model; with no options, trains the demo on synthetic protein families."""
     overrides = {k: v for k, v in locals().items() if k != "config"}
@@ -117,10 +131,11 @@ def predict(
     truncate: TruncateOpt = None,
     include: Annotated[
         list[Include] | None,
-        typer.Option("--include", help="Repeat to choose outputs. [default: embeddings, perplexity]"),
+        typer.Option("--include", help="Repeat to choose outputs. Default: embeddings, perplexity."),
     ] = None,
     write_interval: Annotated[
-        WriteIntervalChoice | None, typer.Option("--write-interval", help="[default: epoch]")
+        WriteIntervalChoice | None,
+        typer.Option("--write-interval", help="When prediction shards are written. Default: epoch."),
     ] = None,
 ) -> None:
     """Predict per-sequence outputs; with no options, the bundled demo sequences with the bundled weights."""
