@@ -1,0 +1,216 @@
+"""Train-step time of BionemoLightningModule under MegatronStrategy against a raw megatron-core loop (1 GPU).
+
+Both train the same megatron-core GPTModel (local layer spec, bf16, distributed Adam) on the same synthetic
+tokens with the same micro-batching; each runs in its own process (megatron keeps global state). Prints the
+median step time of each and their ratio. Target (DEVELOPERS.md): the module within 3% of the raw loop.
+
+Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 512 --mbs 8 --nmb 4 --steps 60]
+Not yet run: written at the end of a session whose GPU time was spent.
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Any
+
+SIZES = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 1024, "seq": 256, "mbs": 8, "nmb": 4, "steps": 60}
+
+
+def transformer_config(a):
+    import torch
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    kwargs: dict[str, Any] = {
+        "num_layers": a.layers,
+        "hidden_size": a.hidden,
+        "num_attention_heads": a.heads,
+        "bf16": True,
+        "params_dtype": torch.bfloat16,
+        "pipeline_dtype": torch.bfloat16,
+        "hidden_dropout": 0.0,
+        "attention_dropout": 0.0,
+        "masked_softmax_fusion": False,
+        "bias_activation_fusion": False,
+        "bias_dropout_fusion": False,
+        "gradient_accumulation_fusion": False,
+    }
+    return kwargs, TransformerConfig
+
+
+def tokens(a, gen):
+    import torch
+
+    start = torch.randint(0, a.vocab, (a.mbs, 1), generator=gen)
+    ids = (start + torch.arange(a.seq + 1)) % a.vocab
+    return ids[:, :-1], ids[:, 1:]
+
+
+def raw(a) -> list[float]:
+    from bionemo.core.megatron_env import prepare_megatron_import
+
+    prepare_megatron_import()
+    import torch
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
+    from megatron.core.pipeline_parallel import get_forward_backward_func
+    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
+    from megatron.core.transformer.module import Float16Module
+
+    from bionemo.losses import masked_token_loss_sums
+
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "29533")
+    dist.init_process_group("nccl", rank=0, world_size=1)
+    torch.cuda.set_device(0)
+    parallel_state.initialize_model_parallel()
+    model_parallel_cuda_manual_seed(0)
+    kwargs, config_class = transformer_config(a)
+    cfg = config_class(**kwargs)
+    model = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=a.vocab,
+                     max_sequence_length=a.seq).cuda()  # fmt: skip
+    ddp = DistributedDataParallel(
+        cfg, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True),
+        Float16Module(cfg, model),
+    )  # fmt: skip
+    cfg.finalize_model_grads_func = finalize_model_grads
+    opt = get_megatron_optimizer(
+        OptimizerConfig(lr=1e-4, optimizer="adam", bf16=True, use_distributed_optimizer=True), [ddp]
+    )
+    gen = torch.Generator().manual_seed(0)
+    position_ids = torch.arange(a.seq, device="cuda").expand(a.mbs, -1)
+
+    def batches():
+        while True:
+            ids, labels = tokens(a, gen)
+            yield ids.cuda(non_blocking=True), labels.cuda(non_blocking=True)
+
+    def forward_step(data, m):
+        ids, labels = next(data)
+        logits = m(input_ids=ids, position_ids=position_ids, attention_mask=None)  # [b, s, v]
+
+        def loss(out):  # the same cross-entropy the module's loss reduction computes
+            loss_sum, n = masked_token_loss_sums(out.transpose(0, 1), labels, torch.ones_like(labels))
+            return loss_sum / n, {"loss": (loss_sum / n).detach()}
+
+        return logits, loss
+
+    it, fb, times = batches(), get_forward_backward_func(), []
+    for _ in range(a.steps):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        ddp.zero_grad_buffer()
+        opt.zero_grad()
+        fb(forward_step_func=forward_step, data_iterator=it, model=[ddp], num_microbatches=a.nmb,
+           seq_length=a.seq, micro_batch_size=a.mbs, forward_only=False)  # fmt: skip
+        opt.step()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def module(a) -> list[float]:
+    from bionemo.core.megatron_env import prepare_megatron_import
+
+    prepare_megatron_import()
+    import lightning.pytorch as pl
+    import torch
+    from megatron.core import parallel_state
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.models.gpt.gpt_model import GPTModel
+    from megatron.core.optimizer import OptimizerConfig
+    from nemo import lightning as nl
+    from torch.utils.data import Dataset
+
+    from bionemo.core import BionemoTrainableModelConfig
+    from bionemo.lightning import BionemoLightningModule, MegatronDataModule
+    from bionemo.lightning._nemo import MegatronOptimizerModule
+    from bionemo.losses import MaskedTokenLossReduction
+
+    kwargs, config_class = transformer_config(a)
+
+    class Config(config_class, BionemoTrainableModelConfig):  # type: ignore[misc, valid-type]
+        def configure_model(self, *args, **kw):
+            return GPTModel(config=self, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=a.vocab,
+                            max_sequence_length=a.seq, pre_process=parallel_state.is_pipeline_first_stage(),
+                            post_process=parallel_state.is_pipeline_last_stage())  # fmt: skip
+
+        def get_loss_reduction_class(self):
+            return MaskedTokenLossReduction
+
+    class Tokens(Dataset):
+        def __len__(self):
+            return a.steps * a.mbs * a.nmb
+
+        def __getitem__(self, i):
+            ids, labels = tokens(a, torch.Generator().manual_seed(i))
+            return {"tokens": ids[0], "labels": labels[0], "loss_mask": torch.ones(a.seq)}
+
+    position_ids = torch.arange(a.seq, device="cuda").expand(a.mbs, -1)
+
+    def data_step(it):
+        return {k: v.cuda(non_blocking=True) for k, v in next(it).items()}
+
+    def forward_step(model, batch):
+        return model(batch["tokens"], position_ids, None).transpose(0, 1)  # token_logits [s, b, v]
+
+    class Timer(pl.Callback):
+        def __init__(self):
+            self.times = []
+
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            torch.cuda.synchronize()
+            self.start = time.perf_counter()
+
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            torch.cuda.synchronize()
+            self.times.append(time.perf_counter() - self.start)
+
+    optimizer = MegatronOptimizerModule(
+        config=OptimizerConfig(lr=1e-4, optimizer="adam", bf16=True, use_distributed_optimizer=True)
+    )
+    lm = BionemoLightningModule(Config(**kwargs), forward_step=forward_step, data_step=data_step, optimizer=optimizer)
+    data = MegatronDataModule(train=Tokens(), micro_batch_size=a.mbs, global_batch_size=a.mbs * a.nmb, seq_length=a.seq)
+    timer = Timer()
+    trainer = nl.Trainer(
+        devices=1, accelerator="gpu", strategy=nl.MegatronStrategy(ckpt_async_save=False),
+        plugins=nl.MegatronMixedPrecision(precision="bf16-mixed"), max_steps=a.steps, limit_val_batches=0,
+        num_sanity_val_steps=0, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+        use_distributed_sampler=False, callbacks=[timer],
+    )  # fmt: skip
+    trainer.fit(lm, datamodule=data)
+    return timer.times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    for key, value in SIZES.items():
+        parser.add_argument(f"--{key}", type=int, default=value)
+    parser.add_argument("--mode", choices=["raw", "module"], help=argparse.SUPPRESS)
+    a = parser.parse_args()
+    if a.mode:
+        times = (raw if a.mode == "raw" else module)(a)
+        warm = sorted(times[5:])
+        print("RESULT " + json.dumps({"median_s": warm[len(warm) // 2]}))
+        return
+    medians = {}
+    for mode in ("raw", "module"):
+        out = subprocess.run([sys.executable, __file__, "--mode", mode, *sys.argv[1:]], capture_output=True, text=True)
+        line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            sys.exit(f"{mode} run failed:\n{out.stderr[-3000:]}")
+        medians[mode] = json.loads(line[len("RESULT ") :])["median_s"]
+    tokens_per_step = a.mbs * a.nmb * a.seq
+    for mode, seconds in medians.items():
+        print(f"{mode:8} median step {seconds * 1e3:8.2f} ms  {tokens_per_step / seconds:12,.0f} tokens/s")
+    print(f"module / raw: {medians['module'] / medians['raw']:.3f}x (target <= 1.03)")
+
+
+if __name__ == "__main__":
+    main()
