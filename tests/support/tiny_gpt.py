@@ -11,12 +11,11 @@ import lightning.pytorch as pl
 import torch
 from megatron.core import parallel_state
 from megatron.core.models.gpt import GPTModel
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer.transformer_config import TransformerConfig
 from torch.utils.data import Dataset
 
 from bionemo.core import BionemoTrainableModelConfig
-from bionemo.lightning import BionemoLightningModule, SDPACoreAttention
+from bionemo.lightning import BionemoLightningModule, sdpa_layer_spec
 from bionemo.lightning._nemo import MegatronOptimizerModule
 from bionemo.losses import MaskedTokenLossReduction
 
@@ -40,11 +39,9 @@ class TinyGPTConfig(TransformerConfig, BionemoTrainableModelConfig[GPTModel, Mas
     use_cpu_initialization: bool = True
 
     def configure_model(self, *args: Any, **kwargs: Any) -> GPTModel:
-        spec = get_gpt_layer_local_spec()
-        spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
         return GPTModel(
             config=self,
-            transformer_layer_spec=spec,
+            transformer_layer_spec=sdpa_layer_spec(),
             vocab_size=self.vocab_size,
             max_sequence_length=self.seq_length,
             pre_process=parallel_state.is_pipeline_first_stage(),

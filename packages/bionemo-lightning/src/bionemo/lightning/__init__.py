@@ -9,7 +9,7 @@ from bionemo.lightning.megatron_compat import MegatronCompatCallback
 from bionemo.lightning.module import BionemoLightningModule
 from bionemo.lightning.optimizer import default_megatron_optimizer, torch_optimizer_from_config
 from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
-from bionemo.lightning.sdpa_attention import SDPACoreAttention
+from bionemo.lightning.sdpa_attention import SDPACoreAttention, sdpa_layer_spec
 
 __all__ = [
     "BionemoLightningModule",
@@ -18,5 +18,6 @@ __all__ = [
     "MegatronDataModule",
     "SDPACoreAttention",
     "default_megatron_optimizer",
+    "sdpa_layer_spec",
     "torch_optimizer_from_config",
 ]

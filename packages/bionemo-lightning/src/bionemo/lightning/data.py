@@ -11,6 +11,7 @@ from torch.utils.data import Dataset, Subset, default_collate
 from typing_extensions import override
 
 import lightning.pytorch as pl
+from bionemo.lightning.megatron_compat import scale_limits_to_steps
 
 __all__ = ["MegatronDataModule"]
 
@@ -75,7 +76,6 @@ class MegatronDataModule(pl.LightningDataModule):
             dataloader_type="cyclic" if shuffle_train else "single",
         )
         self.global_batch_size = global_batch_size or micro_batch_size
-        self._scaled: set[str] = set()
 
     @override
     def setup(self, stage: str) -> None:
@@ -156,16 +156,12 @@ class MegatronDataModule(pl.LightningDataModule):
 
     def reconfigure_limit_batches(self) -> None:
         """NeMo hook (called by MegatronStrategy's set-up): count int batch limits in steps, not micro-batches."""
-        trainer = self.trainer
-        if trainer is None:
-            return
-        micro_batches = num_microbatches_calculator.get_num_microbatches()
-        for name in ("limit_val_batches", "limit_test_batches", "num_sanity_val_steps"):
-            value = getattr(trainer, name)
-            if name in self._scaled or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-                continue
-            setattr(trainer, name, value * micro_batches)
-            self._scaled.add(name)
+        if self.trainer is not None:
+            scale_limits_to_steps(
+                self.trainer,
+                ("limit_val_batches", "limit_test_batches", "num_sanity_val_steps"),
+                num_microbatches_calculator.get_num_microbatches(),
+            )
 
 
 def _collate_or_none(collate: Callable[[list[Any]], Any], samples: list[Any]) -> Any:

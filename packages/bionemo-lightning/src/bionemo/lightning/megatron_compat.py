@@ -116,12 +116,16 @@ def _is_megatron(trainer: pl.Trainer) -> bool:
 
 
 def _scale_limits_to_steps(trainer: pl.Trainer, names: tuple[str, ...]) -> None:
-    """Multiply int limits by the micro-batches per step, once per trainer."""
+    """Scale the trainer's int limits unless a NeMo-style datamodule does it in ``reconfigure_limit_batches``."""
     datamodule = getattr(trainer, "datamodule", None)
     if datamodule is not None and hasattr(datamodule, "reconfigure_limit_batches"):
-        return  # NeMo-style datamodules scale the limits themselves
+        return
     sampler = getattr(trainer.strategy, "data_sampler", None)
-    micro_batches = getattr(sampler, "num_microbatches", None) or 1
+    scale_limits_to_steps(trainer, names, getattr(sampler, "num_microbatches", None) or 1)
+
+
+def scale_limits_to_steps(trainer: pl.Trainer, names: tuple[str, ...], micro_batches: int) -> None:
+    """Multiply the trainer's positive int limits ``names`` by ``micro_batches``, each once per trainer."""
     done: set[str] = trainer.__dict__.setdefault("_bionemo_scaled_limits", set())
     for name in names:
         value = getattr(trainer, name)

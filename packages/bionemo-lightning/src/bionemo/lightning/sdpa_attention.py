@@ -12,9 +12,10 @@ import torch
 import torch.nn.functional as F
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-__all__ = ["SDPACoreAttention"]
+__all__ = ["SDPACoreAttention", "sdpa_layer_spec"]
 
 
 class SDPACoreAttention(MegatronModule):
@@ -81,3 +82,17 @@ class SDPACoreAttention(MegatronModule):
             enable_gqa=k.shape[1] != heads,
         )
         return out.permute(2, 0, 1, 3).reshape(seq, batch, heads * head_dim)
+
+
+def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> ModuleSpec:
+    """megatron-core's local (no Transformer Engine) transformer-layer spec with :class:`SDPACoreAttention`.
+
+    Args:
+        attn_mask_type: ``causal`` for decoders (GPT), ``padding`` for bidirectional encoders (BERT, ESM-2).
+    """
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+
+    spec = get_gpt_layer_local_spec()
+    spec.submodules.self_attention.params = {"attn_mask_type": attn_mask_type}
+    spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
+    return spec

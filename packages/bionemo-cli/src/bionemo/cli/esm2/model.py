@@ -7,12 +7,11 @@ from typing import Any, Literal
 import torch
 from megatron.core import parallel_state
 from megatron.core.models.gpt import GPTModel
-from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from bionemo.core import BionemoTrainableModelConfig
-from bionemo.lightning import SDPACoreAttention
+from bionemo.lightning import sdpa_layer_spec
 from bionemo.losses import MaskedTokenLossReduction, token_cross_entropy
 
 __all__ = ["ESM2Config", "forward_step", "make_predict_step"]
@@ -48,12 +47,9 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig[GPTModel, Masked
 
     def configure_model(self, *args: Any, **kwargs: Any) -> GPTModel:
         """Build the encoder (megatron's GPTModel with a padding-mask, SDPA attention layer spec)."""
-        spec = get_gpt_layer_local_spec()
-        spec.submodules.self_attention.params = {"attn_mask_type": AttnMaskType.padding}
-        spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
         return GPTModel(
             config=self,
-            transformer_layer_spec=spec,
+            transformer_layer_spec=sdpa_layer_spec(AttnMaskType.padding),
             vocab_size=self.padded_vocab_size,
             max_sequence_length=self.seq_length,
             pre_process=parallel_state.is_pipeline_first_stage(),
