@@ -1,8 +1,8 @@
 """`bionemo run train` / `run predict` with the built-in recipe on GPUs: 1 GPU, DP=2, TP=2 (MegatronStrategy).
 
-Each layout trains the demo recipe briefly, then predicts the bundled sequences with its weights; the
-predictions of the three layouts come out in the same (input) order, and the same weights predict the
-same values in every layout.
+Each layout trains the demo recipe briefly, resumes that run from its checkpoint, then predicts the
+bundled sequences with its weights; the predictions of the three layouts come out in the same (input)
+order, and the same weights predict the same values in every layout.
 """
 
 import os
@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from bionemo.cli.esm2.weights import read_metadata
 from bionemo.cli.outputs import read_predictions
 
 LAYOUTS = [
@@ -25,14 +26,14 @@ LAYOUTS = [
 ]
 
 
-def bionemo(args: list[str], log: Path) -> float:
+def bionemo(args: list[str], log: Path) -> tuple[float, str]:
     start = time.perf_counter()
     result = subprocess.run(
         [sys.executable, "-m", "bionemo.cli", *args], capture_output=True, text=True, timeout=540, check=False
     )
     log.write_text(" ".join(args) + "\n" + result.stdout + "\n" + result.stderr)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-5000:]
-    return time.perf_counter() - start
+    return time.perf_counter() - start, result.stdout + result.stderr
 
 
 @pytest.fixture(scope="module")
@@ -45,29 +46,27 @@ def logs() -> Path:
 @pytest.mark.parametrize("layout", LAYOUTS)
 def test_train_then_predict(tmp_path, logs, layout, request):
     name = request.node.callspec.id
-    train_s = bionemo(
-        [
-            "run",
-            "train",
-            "--max-steps",
-            "30",
-            "--val-check-interval",
-            "30",
-            "--output-dir",
-            str(tmp_path / "run"),
-            *layout,
-        ],
-        logs / f"cli_train_{name}.log",
-    )
+    run = ["run", "train", "--output-dir", str(tmp_path / "run"), *layout]
+    train_s, _ = bionemo([*run, "--max-steps", "30", "--val-check-interval", "30"], logs / f"cli_train_{name}.log")
     weights = tmp_path / "run" / "model.safetensors"
-    assert weights.exists()
-    predict_s = bionemo(
+    assert read_metadata(weights)["steps"] == 30
+    # --resume continues from the first run's checkpoint to the new --max-steps
+    resume_s, output = bionemo(
+        [*run, "--max-steps", "40", "--val-check-interval", "10", "--resume"], logs / f"cli_resume_{name}.log"
+    )
+    restored = [line for line in output.splitlines() if "Restored all states from the checkpoint" in line]
+    assert restored, output[-3000:]
+    assert f"{tmp_path / 'run' / 'checkpoints'}{os.sep}step" in restored[0], restored
+    assert read_metadata(weights)["steps"] == 40
+    predict_s, _ = bionemo(
         ["run", "predict", "--output-dir", str(tmp_path / "pred"), *layout], logs / f"cli_predict_{name}.log"
     )
     ids, bundled = read_predictions(tmp_path / "pred" / "predictions.safetensors")
     assert bundled["sample_index"].tolist() == list(range(len(ids)))
     torch.save({"ids": ids, **bundled}, logs / f"cli_bundled_{name}.pt")
-    (logs / f"cli_timing_{name}.txt").write_text(f"train {train_s:.1f} s, predict {predict_s:.1f} s\n")
+    (logs / f"cli_timing_{name}.txt").write_text(
+        f"train {train_s:.1f} s, resume {resume_s:.1f} s, predict {predict_s:.1f} s\n"
+    )
 
 
 @pytest.mark.multi_gpu

@@ -1,8 +1,9 @@
 """BionemoLightningModule under nemo's Trainer + MegatronStrategy + MegatronOptimizerModule on real GPUs.
 
 Each case runs tests/support/megatron_run.py (Lightning starts the ranks) and checks what it recorded:
-training lowers the loss, val_ppl is logged and equals exp(val_loss), a checkpoint is saved and a fresh
-module reloaded from it predicts exactly what the trained one does, in input order.
+training lowers the loss, val_ppl is logged and equals exp(val_loss), a checkpoint is saved, a fresh
+module reloaded from it predicts exactly what the trained one does, in input order, and a fresh module
+and optimizer resume training from it.
 """
 
 import json
@@ -63,3 +64,9 @@ def test_train_validate_checkpoint_reload_predict(tmp_path, devices, tp):
     reloaded = torch.load(tmp_path / "pred_reloaded.pt", weights_only=True)
     assert trained["token_logits"].shape == (32, N_PREDICT, 64)
     torch.testing.assert_close(reloaded["token_logits"], trained["token_logits"])
+    resumed = record["resume"]
+    # a fresh module and distributed optimizer continue from the checkpoint: step count, Adam's own step
+    # counter and a loss already near the trained one's, not the untrained start
+    assert resumed["global_step"] == 70
+    assert resumed["adam_steps"] == [70.0]
+    assert resumed["losses"][0] < 0.5 * sum(losses[:5]) / 5, (resumed["losses"], losses)

@@ -4,6 +4,7 @@ import sys
 from types import SimpleNamespace
 
 import pytest
+import torch
 
 from bionemo.lightning import MegatronCompatCallback
 from bionemo.lightning._nemo import MegatronStrategy
@@ -85,3 +86,41 @@ def test_modelopt_stand_ins_only_when_nemo_llm_cannot_import(monkeypatch):
         for name in set(sys.modules) - before:
             if name.startswith("nemo.collections.llm"):
                 del sys.modules[name]
+
+
+def test_distributed_optimizer_loads_moments_around_a_shared_step():
+    """megatron 0.15.3 copies every live state key from a checkpoint that has no 'step' (fix 7)."""
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    from bionemo.lightning.megatron_compat import install_distributed_optimizer_step_fix
+
+    params = [torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(2))]
+    adam = torch.optim.AdamW(params)
+    shared_step = torch.tensor(60.0)  # what DistributedOptimizer.load_state_dict leaves in every state
+    for p in params:
+        adam.state[p] = {"step": shared_step, "exp_avg": torch.zeros_like(p), "exp_avg_sq": torch.zeros_like(p)}
+    model_params = [object(), object()]
+    fake = SimpleNamespace(
+        config=SimpleNamespace(use_precision_aware_optimizer_no_fp8_or_ds_fp8=False),
+        model_param_group_index_map={model_params[0]: (0, 0), model_params[1]: (0, 1)},
+        optimizer=adam,
+    )
+    loaded = [
+        {key: torch.full((n,), value + i) for key, value in (("param", 1.0), ("exp_avg", 2.0), ("exp_avg_sq", 3.0))}
+        for i, n in enumerate((4, 2))
+    ]
+    install_distributed_optimizer_step_fix()
+    assert not install_distributed_optimizer_step_fix()  # idempotent
+    with torch.no_grad():  # as megatron's loaders call it
+        for model_param, tensors in zip(model_params, loaded, strict=True):
+            DistributedOptimizer._set_main_param_and_optimizer_states(fake, model_param, tensors)
+    for i, p in enumerate(params):
+        torch.testing.assert_close(p.detach(), torch.full_like(p, 1.0 + i))
+        torch.testing.assert_close(adam.state[p]["exp_avg"], torch.full_like(p, 2.0 + i))
+        torch.testing.assert_close(adam.state[p]["exp_avg_sq"], torch.full_like(p, 3.0 + i))
+        assert adam.state[p]["step"].item() == 60.0
+    assert adam.state[params[0]]["step"] is not adam.state[params[1]]["step"]
+    for p in params:
+        p.grad = torch.ones_like(p)
+    adam.step()  # one step advances every parameter's own counter once
+    assert [adam.state[p]["step"].item() for p in params] == [61.0, 61.0]

@@ -7,7 +7,7 @@ from bionemo.lightning import _nemo  # noqa: F401  # isort: skip
 from bionemo.lightning.data import MegatronDataModule
 from bionemo.lightning.megatron_compat import MegatronCompatCallback
 from bionemo.lightning.module import BionemoLightningModule
-from bionemo.lightning.optimizer import default_megatron_optimizer, torch_optimizer_from_config
+from bionemo.lightning.optimizer import default_megatron_optimizer, init_adam_state, torch_optimizer_from_config
 from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
 from bionemo.lightning.sdpa_attention import SDPACoreAttention, sdpa_layer_spec
 
@@ -18,6 +18,7 @@ __all__ = [
     "MegatronDataModule",
     "SDPACoreAttention",
     "default_megatron_optimizer",
+    "init_adam_state",
     "sdpa_layer_spec",
     "torch_optimizer_from_config",
 ]

@@ -23,9 +23,19 @@ does nothing unless the trainer's strategy is a ``MegatronStrategy``. Each fix n
    ``nemo.collections.llm.modelopt.model_utils``; with ``nemo_toolkit[core]`` that import fails. When it
    does, stand-ins that save and restore no ModelOpt state are registered (a model built by a bionemo
    config has none).
+7. Resuming ``fit`` with megatron-core 0.15.3's distributed optimizer over torch Adam (no Apex or
+   TransformerEngine) failed twice: building the sharded state dict asserts one ``step`` per parameter
+   state, which a fresh optimizer has not made yet (``BionemoLightningModule.configure_optimizers`` makes it
+   up front, see :func:`bionemo.lightning.init_adam_state`); and every parameter-state loader hands
+   ``_set_main_param_and_optimizer_states`` the moments without ``step`` (the step is restored from the
+   param groups) while that method copies every key of the live state, so ``KeyError: 'step'``. The method
+   is wrapped to leave ``step`` alone, and to give each parameter its own ``step`` tensor: the one restored
+   from the param groups is a single tensor shared by all of them, which torch Adam would advance once per
+   parameter per step (:func:`install_distributed_optimizer_step_fix`).
 """
 
 import dataclasses
+import functools
 import gc
 import sys
 import types
@@ -37,7 +47,7 @@ from typing_extensions import override
 import lightning.pytorch as pl
 from bionemo.lightning._nemo import MegatronStep, MegatronStrategy
 
-__all__ = ["MegatronCompatCallback", "install_modelopt_stand_ins"]
+__all__ = ["MegatronCompatCallback", "install_distributed_optimizer_step_fix", "install_modelopt_stand_ins"]
 
 
 class _StepWithoutDistillationShapes(MegatronStep):
@@ -72,6 +82,7 @@ class MegatronCompatCallback(pl.Callback):
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
         if _is_megatron(trainer):
             install_modelopt_stand_ins()
+            install_distributed_optimizer_step_fix()
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -158,4 +169,33 @@ def install_modelopt_stand_ins() -> bool:
     module.save_modelopt_state = lambda *args, **kwargs: None  # type: ignore[attr-defined]
     module.restore_modelopt_state = lambda *args, **kwargs: None  # type: ignore[attr-defined]
     sys.modules[name] = module
+    return True
+
+
+def install_distributed_optimizer_step_fix() -> bool:
+    """Make megatron's distributed optimizer load torch Adam state that holds a ``step`` (fix 7 above).
+
+    Returns:
+        ``True`` when the wrapper was installed now, ``False`` when it already was.
+    """
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+    original = DistributedOptimizer._set_main_param_and_optimizer_states
+    if getattr(original, "_bionemo_keeps_step", False):
+        return False
+
+    @functools.wraps(original)
+    def set_states(self: Any, model_param: Any, tensors: dict[str, Any]) -> None:
+        if "step" not in tensors and not self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
+            group_index, group_order = self.model_param_group_index_map[model_param]
+            state = self.optimizer.state[self.optimizer.param_groups[group_index]["params"][group_order]]
+            if "step" in state:
+                # load_state_dict restored it from the param groups as ONE tensor shared by every parameter,
+                # which Adam would advance once per parameter per step: each parameter gets its own copy
+                state["step"] = state["step"].clone()
+                tensors = {**tensors, "step": state["step"]}
+        original(self, model_param, tensors)
+
+    set_states._bionemo_keeps_step = True  # type: ignore[attr-defined]
+    DistributedOptimizer._set_main_param_and_optimizer_states = set_states  # type: ignore[method-assign]
     return True

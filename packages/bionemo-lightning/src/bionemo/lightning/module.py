@@ -16,7 +16,7 @@ from bionemo.core import BionemoTrainableModelConfig, DataStep, ForwardStep, Los
 from bionemo.lightning._nemo import CallbackConnector, MegatronOptimizerModule, MegatronStrategy, io
 from bionemo.lightning._parallel_init import ensure_model_parallel
 from bionemo.lightning.megatron_compat import MegatronCompatCallback
-from bionemo.lightning.optimizer import torch_optimizer_from_config
+from bionemo.lightning.optimizer import init_adam_state, torch_optimizer_from_config
 from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
 from bionemo.losses import ParallelGroups, all_reduce_sum
 
@@ -153,11 +153,20 @@ class BionemoLightningModule(
         be loaded for prediction. Unwrapping keeps one naming for both.
         """
         self.configure_model()
+        return self.unwrapped_module().sharded_state_dict(prefix=f"{prefix}module.", metadata=metadata, **kwargs)
+
+    def unwrapped_module(self) -> Any:
+        """The configured megatron model itself, without the DDP and ``Float16Module`` wrappers that training adds.
+
+        Raises:
+            RuntimeError: Before ``configure_model`` has built the model.
+        """
         model: Any = self.module
         while isinstance(model, DistributedDataParallel | Float16Module):
             model = model.module
-        assert model is not None
-        return model.sharded_state_dict(prefix=f"{prefix}module.", metadata=metadata, **kwargs)
+        if model is None:
+            raise RuntimeError("the model is not built yet: call configure_model() (the Trainer does) first")
+        return model
 
     # --- steps -----------------------------------------------------------------------------------------
 
@@ -228,9 +237,16 @@ class BionemoLightningModule(
 
     @override
     def configure_optimizers(self, megatron_parallel: Any = None) -> Any:
-        """Megatron: the connected ``MegatronOptimizerModule``'s optimizer. Lightning: the matching torch one."""
+        """Megatron: the connected ``MegatronOptimizerModule``'s optimizer. Lightning: the matching torch one.
+
+        Under Megatron the optimizer's Adam state is created at once (:func:`init_adam_state`), so that
+        ``fit(ckpt_path=...)`` can load a distributed-optimizer checkpoint into it.
+        """
         if self._megatron_driven():
-            return self._megatron_configure_optimizers(megatron_parallel=megatron_parallel)
+            optimizers = self._megatron_configure_optimizers(megatron_parallel=megatron_parallel)
+            for optimizer in optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]:
+                init_adam_state(optimizer)
+            return optimizers
         optimizer = torch_optimizer_from_config(self.optim.config, self.parameters())
         scheduler = getattr(self.optim, "lr_scheduler", None)
         return scheduler(self, optimizer) if scheduler is not None else optimizer

@@ -1,13 +1,14 @@
 """Optimizers: the default Megatron one, and the torch optimizer that honours the same config off Megatron."""
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 from megatron.core.optimizer import OptimizerConfig
 
 from bionemo.lightning._nemo import MegatronOptimizerModule
 
-__all__ = ["default_megatron_optimizer", "torch_optimizer_from_config"]
+__all__ = ["default_megatron_optimizer", "init_adam_state", "torch_optimizer_from_config"]
 
 
 def default_megatron_optimizer() -> MegatronOptimizerModule:
@@ -44,3 +45,48 @@ def torch_optimizer_from_config(config: OptimizerConfig, params: Iterable[torch.
             weight_decay=config.weight_decay,
         )
     raise ValueError(f"OptimizerConfig.optimizer={config.optimizer!r} is not supported; use 'adam' or 'sgd'")
+
+
+def init_adam_state(optimizer: Any) -> None:
+    """Create now the per-parameter state that torch Adam creates lazily at its first step.
+
+    ``optimizer`` is a torch optimizer or any megatron / NeMo wrapper around one (NeMo's
+    ``McoreDistributedOptimizer``, megatron's ``ChainedOptimizer``, ``DistributedOptimizer``); only the torch
+    ``Adam``/``AdamW`` inside are touched, and only parameters without state. megatron-core 0.15.3 without
+    Apex or TransformerEngine reads one ``step`` from every parameter's state when it builds the distributed
+    optimizer's sharded state dict, which a checkpoint load does before any step: resuming ``fit`` into a fresh
+    optimizer then fails (``assert len(steps) == 1``). The state made here (step 0, zero moments) is what the
+    first step would make, so training is unchanged.
+    """
+    for inner in _torch_optimizers(optimizer):
+        if not isinstance(inner, (torch.optim.Adam, torch.optim.AdamW)):
+            continue
+        for group in inner.param_groups:
+            on_device = group.get("capturable") or group.get("fused")
+            # as torch.optim.Adam makes it: float64 when that is the default dtype, except for the fused kernels
+            step_dtype = (
+                torch.float64
+                if torch.get_default_dtype() == torch.float64 and not group.get("fused")
+                else torch.float32
+            )
+            for param in group["params"]:
+                state = inner.state[param]
+                if state:
+                    continue
+                state["step"] = torch.zeros((), dtype=step_dtype, device=param.device if on_device else "cpu")
+                state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+                if group.get("amsgrad"):
+                    state["max_exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+
+
+def _torch_optimizers(optimizer: Any) -> Iterator[torch.optim.Optimizer]:
+    for attribute in ("mcore_optimizer", "chained_optimizers", "optimizer"):
+        inner = getattr(optimizer, attribute, None)
+        if inner is None:
+            continue
+        for each in inner if isinstance(inner, (list, tuple)) else [inner]:
+            yield from _torch_optimizers(each)
+        return
+    if isinstance(optimizer, torch.optim.Optimizer):
+        yield optimizer

@@ -80,9 +80,14 @@ def collate_proteins(items: list[dict[str, torch.Tensor]], pad_id: int) -> dict[
 
 
 def data_step(dataloader_iter: Iterator[dict[str, torch.Tensor]]) -> dict[str, Any]:
-    """Move one micro-batch to the compute device and add megatron's padding mask (True = masked out)."""
+    """Move one micro-batch to the compute device and add megatron's padding mask (True = masked out).
+
+    The mask is None when no sequence in the micro-batch is padded (checked on the host, before the copy):
+    torch's flash attention kernel takes no mask, so full-length batches run on it.
+    """
     batch = next(dataloader_iter)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    moved = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
-    moved["padding_mask"] = ~moved["attention_mask"][:, None, None, :]
+    padded = not bool(batch["attention_mask"].all())
+    moved: dict[str, Any] = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+    moved["padding_mask"] = ~moved["attention_mask"][:, None, None, :] if padded else None
     return moved

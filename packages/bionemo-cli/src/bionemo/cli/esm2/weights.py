@@ -33,6 +33,10 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     import torch.distributed as dist
 
     size, _, group = _tensor_parallel()
+    # Lightning moves the module to the CPU when fit ends; NCCL gathers only CUDA tensors
+    gather_on = torch.device("cpu")
+    if size > 1 and dist.get_backend(group) == "nccl":
+        gather_on = torch.device("cuda", torch.cuda.current_device())
     params = dict(model.named_parameters())
     full = {}
     for name, value in model.state_dict().items():
@@ -40,8 +44,9 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
             continue
         param = params.get(name)
         if size > 1 and param is not None and getattr(param, "tensor_model_parallel", False):
+            value = value.to(gather_on).contiguous()
             shards = [torch.empty_like(value) for _ in range(size)]
-            dist.all_gather(shards, value.contiguous(), group=group)
+            dist.all_gather(shards, value, group=group)
             value = torch.cat(shards, dim=getattr(param, "partition_dim", 0))
         full[name] = value.detach().to("cpu").contiguous().clone()
     return full

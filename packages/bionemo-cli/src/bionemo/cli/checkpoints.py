@@ -1,0 +1,63 @@
+"""Training checkpoints that ``--resume`` can find, on Lightning's strategies and under MegatronStrategy.
+
+Imports Lightning: import this module inside commands, not at ``bionemo --help`` time.
+"""
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+
+from bionemo.cli.settings import RunSettings
+from bionemo.cli.trainers import uses_megatron
+
+__all__ = ["StepCheckpoint", "checkpoint_callback", "resume_checkpoint"]
+
+
+class StepCheckpoint(ModelCheckpoint):
+    """A ModelCheckpoint that names and ranks checkpoints by the trainer's global step (optimizer steps taken).
+
+    Lightning takes ``step`` from the logged metrics when there is one, and NeMo's MegatronStrategy logs
+    ``step`` before the optimizer step: one lower than the steps the checkpoint holds.
+    """
+
+    def _monitor_candidates(self, trainer: Any) -> dict[str, torch.Tensor]:
+        candidates = super()._monitor_candidates(trainer)
+        candidates["step"] = torch.tensor(trainer.global_step)
+        return candidates
+
+
+def checkpoint_callback(settings: RunSettings, dirpath: Path, every_n_train_steps: int) -> StepCheckpoint:
+    """A checkpoint callback whose output :func:`resume_checkpoint` finds whole.
+
+    Lightning's strategies write ``last.ckpt`` atomically (a temporary file, then a rename). MegatronStrategy
+    writes a distributed checkpoint *directory*, into the same one again when the name repeats, so there the
+    two newest ``step<N>`` directories are kept and a save cut short never replaces the previous one.
+    """
+    common: dict[str, Any] = {
+        "dirpath": dirpath,
+        "filename": "step{step}",
+        "every_n_train_steps": every_n_train_steps,
+        "auto_insert_metric_name": False,
+    }
+    if uses_megatron(settings):
+        return StepCheckpoint(monitor="step", mode="max", save_top_k=2, **common)
+    return StepCheckpoint(save_last=True, save_top_k=0, **common)
+
+
+def resume_checkpoint(settings: RunSettings, dirpath: Path) -> str | None:
+    """The checkpoint :func:`checkpoint_callback` wrote last and completely in ``dirpath``, or None.
+
+    A megatron distributed checkpoint is complete once ``weights/metadata.json`` exists: megatron-core writes
+    it after every rank's shards.
+    """
+    if uses_megatron(settings):
+        whole = {
+            int(path.name.removeprefix("step")): path
+            for path in dirpath.glob("step*")
+            if path.name.removeprefix("step").isdigit() and (path / "weights" / "metadata.json").is_file()
+        }
+        return str(whole[max(whole)]) if whole else None
+    last = dirpath / "last.ckpt"
+    return str(last) if last.is_file() else None

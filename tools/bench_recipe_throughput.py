@@ -1,0 +1,200 @@
+"""Training throughput of the built-in GPU recipe (``esm2-gpu``) on one GPU, as a fraction of bf16 peak.
+
+Trains the recipe's model exactly as ``bionemo run train --recipe esm2-gpu`` builds it (BionemoLightningModule,
+MegatronStrategy, bf16, distributed Adam, the recipe's data step) on full-length random protein sequences,
+and times whole training iterations (one optimizer step over ``--nmb`` micro-batches) after a warm-up. The
+reference measured in the same run is the same model with megatron-core's local ``DotProductAttention``
+instead of the recipe's SDPA (flash) attention. Model FLOPs count the matmuls only (the usual MFU
+convention): per token and layer 8h^2 + 4h*ffn + 4*s*h forward, plus 2*h*vocab for the output layer,
+times 3 for forward and backward. Target (DEVELOPERS.md): 35% of the GPU's bf16 dense peak.
+
+Usage (GPU machine): python tools/bench_recipe_throughput.py [--mbs 32 --nmb 8 --steps 25]
+    [--model hidden_size=1024 --model num_attention_heads=16 ...] [--peak-tflops 989]
+"""
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from typing import Any
+
+H200_BF16_DENSE_TFLOPS = 989.0
+"""NVIDIA's H200 SXM figure (dense, no sparsity)."""
+
+
+def _model(args: argparse.Namespace) -> dict[str, Any]:
+    import yaml
+
+    from bionemo.cli.esm2.recipe import GPU_MODEL
+
+    model: dict[str, Any] = dict(GPU_MODEL)
+    for item in args.model:
+        key, value = item.split("=", 1)
+        model[key] = yaml.safe_load(value)  # 1024 -> int, true -> bool, rope -> str
+    return model
+
+
+def train_flops_per_token(model: dict[str, Any], vocab: int) -> float:
+    """Matmul FLOPs of one training token (forward + backward = 3 x forward)."""
+    h, s, ffn = model["hidden_size"], model["seq_length"], model["ffn_hidden_size"]
+    per_layer = 8 * h * h + 4 * h * ffn + 4 * s * h
+    return 3.0 * (model["num_layers"] * per_layer + 2 * h * vocab)
+
+
+def measure(args: argparse.Namespace) -> dict[str, float]:
+    """One mode in this process: the recipe's model (``sdpa``) or the local-attention reference."""
+    from bionemo.core.megatron_env import prepare_megatron_import
+
+    prepare_megatron_import()
+    import random
+
+    import lightning.pytorch as pl
+    import torch
+    from megatron.core.models.gpt import GPTModel
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.enums import AttnMaskType
+    from nemo import lightning as nl
+
+    from bionemo.cli.esm2.data import MaskedProteinDataset, data_step
+    from bionemo.cli.esm2.model import ESM2Config, forward_step
+    from bionemo.cli.esm2.readers import SequenceRecord
+    from bionemo.cli.esm2.recipe import _datamodule, _model_config, gpu
+    from bionemo.cli.esm2.tokenizer import ProteinTokenizer
+    from bionemo.cli.settings import Precision, RunSettings
+    from bionemo.lightning import BionemoLightningModule
+    from bionemo.lightning._nemo import MegatronOptimizerModule
+
+    model = _model(args)
+    tokenizer = ProteinTokenizer()
+    rng = random.Random(0)
+    residues = "ACDEFGHIKLMNPQRSTVWY"
+    records = [
+        SequenceRecord(f"s{i}", "".join(rng.choice(residues) for _ in range(model["seq_length"] - 2)))
+        for i in range(256)
+    ]
+    settings = RunSettings.model_validate(
+        {"precision": Precision.BF16, "micro_batch_size": args.mbs, "global_batch_size": args.mbs * args.nmb}
+    )
+    config = _model_config(model, settings, tokenizer.vocab_size)
+    if args.mode == "local":
+
+        def local_model(self: ESM2Config, *_: Any, **__: Any) -> GPTModel:
+            spec = get_gpt_layer_local_spec()
+            spec.submodules.self_attention.params = {"attn_mask_type": AttnMaskType.padding}
+            return GPTModel(
+                config=self,
+                transformer_layer_spec=spec,
+                vocab_size=self.padded_vocab_size,
+                max_sequence_length=self.seq_length,
+                share_embeddings_and_output_weights=True,
+                position_embedding_type=self.position_embedding,
+            )
+
+        config.configure_model = local_model.__get__(config)  # type: ignore[method-assign]
+    module = BionemoLightningModule(
+        config,
+        forward_step=forward_step,
+        data_step=data_step,
+        optimizer=MegatronOptimizerModule(
+            config=OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True, use_distributed_optimizer=True)
+        ),
+    )
+    samples = args.steps * args.mbs * args.nmb
+    train = MaskedProteinDataset(records, tokenizer, length=samples)
+    datamodule = _datamodule(settings, dict(gpu().defaults), train=train)
+
+    class Timer(pl.Callback):
+        def __init__(self) -> None:
+            self.starts: list[float] = []
+
+        def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+            torch.cuda.synchronize()
+            self.starts.append(time.perf_counter())
+
+        def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+            torch.cuda.synchronize()
+            self.starts.append(time.perf_counter())
+
+    timer = Timer()
+    trainer = nl.Trainer(
+        devices=1,
+        accelerator="gpu",
+        strategy=nl.MegatronStrategy(ckpt_async_save=False),
+        plugins=nl.MegatronMixedPrecision(precision="bf16-mixed"),
+        max_steps=args.steps,
+        limit_val_batches=0,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        use_distributed_sampler=False,
+        callbacks=[timer],
+    )
+    trainer.fit(module, datamodule=datamodule)
+    periods = sorted(b - a for a, b in zip(timer.starts[5:], timer.starts[6:], strict=False))
+    return {
+        "median_step_s": periods[len(periods) // 2],
+        "max_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+        "padded_vocab": config.padded_vocab_size,
+    }
+
+
+def gemm_tflops() -> float:
+    """What one large bf16 matmul reaches on this GPU: the practical ceiling, for context."""
+    import torch
+
+    a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    for _ in range(3):
+        _ = a @ b
+    torch.cuda.synchronize()
+    start, n = time.perf_counter(), 20
+    for _ in range(n):
+        _ = a @ b
+    torch.cuda.synchronize()
+    return 2 * 8192**3 * n / (time.perf_counter() - start) / 1e12
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--mbs", type=int, default=32, help="micro-batch size (recipe: 32)")
+    parser.add_argument("--nmb", type=int, default=8, help="micro-batches per step (recipe: 256 / 32 = 8)")
+    parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument("--model", action="append", default=[], help="KEY=VALUE override of the recipe's model")
+    parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS)
+    parser.add_argument("--modes", default="sdpa,local", help="comma-separated: sdpa (the recipe), local")
+    parser.add_argument("--mode", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.mode:
+        print("RESULT " + json.dumps(measure(args)), flush=True)
+        return
+    model = _model(args)
+    results = {}
+    for mode in args.modes.split(","):
+        out = subprocess.run([sys.executable, __file__, "--mode", mode, *sys.argv[1:]], capture_output=True, text=True)
+        line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            print(f"{mode}: failed\n{out.stderr[-3000:]}")
+            continue
+        results[mode] = json.loads(line[len("RESULT ") :])
+    print(f"model {json.dumps(model)}; micro-batch {args.mbs} x {args.nmb} per step")
+    ceiling = gemm_tflops()
+    peak = args.peak_tflops
+    print(f"8192^3 bf16 matmul: {ceiling:.0f} TFLOP/s ({ceiling / peak:.0%} of the {peak:.0f} TFLOP/s peak)")
+    tokens = args.mbs * args.nmb * model["seq_length"]
+    for mode, r in results.items():
+        flops = train_flops_per_token(model, r["padded_vocab"]) * tokens / r["median_step_s"] / 1e12
+        print(
+            f"{mode:6} {r['median_step_s'] * 1e3:8.1f} ms/step {tokens / r['median_step_s']:12,.0f} tokens/s "
+            f"{flops:6.1f} TFLOP/s = {flops / args.peak_tflops:5.1%} of peak (target >= 35%), "
+            f"{r['max_memory_gib']:.1f} GiB"
+        )
+    if {"sdpa", "local"} <= results.keys():
+        speedup = results["local"]["median_step_s"] / results["sdpa"]["median_step_s"]
+        print(f"sdpa speed-up over local attention: {speedup:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
