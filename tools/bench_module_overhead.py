@@ -9,14 +9,19 @@ Measured 2026-11-30 on one H200 (defaults, before the NaN check was matched): ra
 1.47x.
 
 Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 512 --mbs 8 --nmb 4 --steps 60]
+    [--profile DIR]: also record steps 9-12 of each with torch.profiler into DIR ({raw,module}_ops.txt, a table
+    of operators by self CPU time, and {raw,module}_trace.json for chrome://tracing); timings then include
+    the profiler's own cost.
 """
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 SIZES = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 1024, "seq": 256, "mbs": 8, "nmb": 4, "steps": 60}
@@ -41,6 +46,30 @@ def transformer_config(a):
         "gradient_accumulation_fusion": False,
     }
     return kwargs, TransformerConfig
+
+
+def profiler(a, mode: str) -> Any:
+    """torch.profiler over a few warm steps (``--profile DIR``), or a stand-in that does nothing."""
+    if not a.profile:
+        return contextlib.nullcontext(SimpleProfiler())
+    from torch.profiler import ProfilerActivity, profile, schedule
+
+    def write(prof: Any) -> None:
+        out = Path(a.profile)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / f"{mode}_ops.txt").write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=60))
+        prof.export_chrome_trace(str(out / f"{mode}_trace.json"))
+
+    return profile(
+        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
+        schedule=schedule(wait=8, warmup=1, active=4, repeat=1),
+        on_trace_ready=write,
+    )
+
+
+class SimpleProfiler:
+    def step(self) -> None:
+        pass
 
 
 def tokens(a, gen):
@@ -107,16 +136,18 @@ def raw(a) -> list[float]:
         return logits, loss
 
     it, fb, times = batches(), get_forward_backward_func(), []
-    for _ in range(a.steps):
-        torch.cuda.synchronize()  # whole iterations, as the module's timer measures them
-        start = time.perf_counter()
-        ddp.zero_grad_buffer()
-        opt.zero_grad()
-        fb(forward_step_func=forward_step, data_iterator=it, model=[ddp], num_microbatches=a.nmb,
-           seq_length=a.seq, micro_batch_size=a.mbs, forward_only=False)  # fmt: skip
-        opt.step()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - start)
+    with profiler(a, "raw") as prof:
+        for _ in range(a.steps):
+            torch.cuda.synchronize()  # whole iterations, as the module's timer measures them
+            start = time.perf_counter()
+            ddp.zero_grad_buffer()
+            opt.zero_grad()
+            fb(forward_step_func=forward_step, data_iterator=it, model=[ddp], num_microbatches=a.nmb,
+               seq_length=a.seq, micro_batch_size=a.mbs, forward_only=False)  # fmt: skip
+            opt.step()
+            torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+            prof.step()
     return times
 
 
@@ -170,14 +201,22 @@ def module(a) -> list[float]:
 
         def __init__(self):
             self.starts = []
+            self.profiler = profiler(a, "module")
+
+        def on_train_start(self, trainer, pl_module):
+            self.prof = self.profiler.__enter__()
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             torch.cuda.synchronize()
             self.starts.append(time.perf_counter())
 
+        def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.prof.step()
+
         def on_train_end(self, trainer, pl_module):
             torch.cuda.synchronize()
             self.starts.append(time.perf_counter())
+            self.profiler.__exit__(None, None, None)
 
     optimizer = MegatronOptimizerModule(
         config=OptimizerConfig(lr=1e-4, optimizer="adam", bf16=True, use_distributed_optimizer=True)
@@ -199,6 +238,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     for key, value in SIZES.items():
         parser.add_argument(f"--{key}", type=int, default=value)
+    parser.add_argument("--profile", metavar="DIR", help="also write torch.profiler tables and traces into DIR")
     parser.add_argument("--mode", choices=["raw", "module"], help=argparse.SUPPRESS)
     a = parser.parse_args()
     if a.mode:
