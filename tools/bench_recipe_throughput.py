@@ -103,7 +103,8 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     )
     samples = args.steps * args.mbs * args.nmb
     train = MaskedProteinDataset(records, tokenizer, length=samples)
-    datamodule = _datamodule(settings, dict(gpu().defaults), train=train)
+    loader = {"num_workers": args.num_workers, "pin_memory": args.pin_memory}
+    datamodule = _datamodule(settings, dict(gpu().defaults), loader=loader, train=train)
 
     class Timer(pl.Callback):
         def __init__(self) -> None:
@@ -163,6 +164,8 @@ def main() -> None:
     parser.add_argument("--nmb", type=int, default=8, help="micro-batches per step (recipe: 256 / 32 = 8)")
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--model", action="append", default=[], help="KEY=VALUE override of the recipe's model")
+    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (the recipe: 0)")
+    parser.add_argument("--pin-memory", action="store_true", help="page-locked batches (the recipe: off)")
     parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS)
     parser.add_argument("--modes", default="sdpa,local", help="comma-separated: sdpa (the recipe), local")
     parser.add_argument("--mode", help=argparse.SUPPRESS)
@@ -179,7 +182,10 @@ def main() -> None:
             print(f"{mode}: failed\n{out.stderr[-3000:]}")
             continue
         results[mode] = json.loads(line[len("RESULT ") :])
-    print(f"model {json.dumps(model)}; micro-batch {args.mbs} x {args.nmb} per step")
+    print(
+        f"model {json.dumps(model)}; micro-batch {args.mbs} x {args.nmb} per step; loader workers "
+        f"{args.num_workers}, pinned {args.pin_memory}"
+    )
     ceiling = gemm_tflops()
     peak = args.peak_tflops
     print(f"8192^3 bf16 matmul: {ceiling:.0f} TFLOP/s ({ceiling / peak:.0%} of the {peak:.0f} TFLOP/s peak)")

@@ -85,3 +85,16 @@ def test_writer_files_merge_back_to_input_order(trained):
     merged = merge_predictions(trained["out_dir"])
     assert merged["sample_index"].tolist() == list(range(21))
     torch.testing.assert_close(merged["token_logits"], reference_logits(trained["module"].module, trained["predict"]))
+
+
+@pytest.mark.parametrize("pin_memory", [False, True])
+def test_loader_options_reach_the_dataloaders(pin_memory):
+    datamodule = MegatronDataModule(
+        val=BigramDataset(8, 16, 32, seed=0),
+        micro_batch_size=4,
+        seq_length=16,
+        num_workers=0,
+        pin_memory=pin_memory,
+    )
+    loader = datamodule.val_dataloader()
+    assert (loader.pin_memory, loader.num_workers, loader.batch_size) == (pin_memory, 0, 4)

@@ -39,6 +39,7 @@ class MegatronDataModule(pl.LightningDataModule):
             ``micro_batch_size`` (one data-parallel rank, one micro-batch per step).
         seq_length: Sequence length megatron's pipeline schedule uses for its buffers.
         num_workers: DataLoader worker processes.
+        pin_memory: Collate into page-locked host memory, so that copies to the GPU are asynchronous.
         collate_fn: Batch collate function (default: torch's ``default_collate``).
         shuffle_train: Shuffle the training data (megatron's random sampler under MegatronStrategy).
     """
@@ -54,6 +55,7 @@ class MegatronDataModule(pl.LightningDataModule):
         global_batch_size: int | None = None,
         seq_length: int,
         num_workers: int = 0,
+        pin_memory: bool = False,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         shuffle_train: bool = False,
     ) -> None:
@@ -67,6 +69,7 @@ class MegatronDataModule(pl.LightningDataModule):
         self.datasets = {"train": train, "validation": val, "test": test, "predict": predict}
         self.micro_batch_size = micro_batch_size
         self.num_workers = num_workers
+        self.pin_memory = pin_memory
         self.collate_fn = collate_fn
         self.shuffle_train = shuffle_train
         self.data_sampler = MegatronDataSampler(
@@ -116,6 +119,7 @@ class MegatronDataModule(pl.LightningDataModule):
             dataset=dataset,
             batch_size=self.micro_batch_size,
             num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
             collate_fn=functools.partial(_collate_or_none, self.collate_fn or default_collate),
             shuffle=self.shuffle_train and mode == "train",
             persistent_workers=False,

@@ -96,7 +96,15 @@ def _model_config(model: dict[str, Any], settings: RunSettings, vocab_size: int)
     )
 
 
-def _datamodule(settings: RunSettings, defaults: dict[str, Any], predicting: bool = False, **datasets: Any):
+def _datamodule(
+    settings: RunSettings,
+    defaults: dict[str, Any],
+    predicting: bool = False,
+    *,
+    loader: dict[str, Any] | None = None,
+    **datasets: Any,
+):
+    """The recipe's MegatronDataModule; ``loader`` passes DataLoader options (``num_workers``, ``pin_memory``)."""
     from bionemo.cli.esm2.data import collate_proteins
     from bionemo.cli.esm2.tokenizer import ProteinTokenizer
     from bionemo.lightning import MegatronDataModule
@@ -112,6 +120,7 @@ def _datamodule(settings: RunSettings, defaults: dict[str, Any], predicting: boo
         global_batch_size=global_batch,
         seq_length=defaults["model"]["seq_length"],
         collate_fn=functools.partial(collate_proteins, pad_id=ProteinTokenizer().pad_id),
+        **(loader or {}),
         **datasets,
     )
 
