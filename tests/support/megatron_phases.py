@@ -11,9 +11,7 @@ import time
 import traceback
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from bionemo.core.megatron_env import prepare_megatron_import  # noqa: E402
+from bionemo.core.megatron_env import prepare_megatron_import
 
 prepare_megatron_import()
 
