@@ -9,7 +9,9 @@ convention): per token and layer 8h^2 + 4h*ffn + 4*s*h forward, plus 2*h*vocab f
 times 3 for forward and backward. Target (DEVELOPERS.md): 35% of the GPU's bf16 dense peak.
 
 Usage (GPU machine): python tools/bench_recipe_throughput.py [--mbs 32 --nmb 8 --steps 25]
-    [--model hidden_size=1024 --model num_attention_heads=16 ...] [--peak-tflops 989]
+    [--model hidden_size=1024 --model num_attention_heads=16 ...] [--peak-tflops 989] [--num-workers 2]
+    [--pin-memory] [--modes sdpa,local] [--profile DIR]: a table of GPU time by operator over steps 6-7 (the
+    profiled steps are not timed apart; use --steps 15 or more so the median is not one of them)
 """
 
 import argparse
@@ -17,6 +19,7 @@ import json
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 H200_BF16_DENSE_TFLOPS = 989.0
@@ -113,6 +116,22 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
             torch.cuda.synchronize()
             self.starts.append(time.perf_counter())
+            if args.profile and batch_idx in (6, 8):  # two warm steps: where the GPU's time goes
+                self._profile(start=batch_idx == 6)
+
+        def _profile(self, start: bool) -> None:
+            from torch.profiler import ProfilerActivity, profile
+
+            if start:
+                self.prof = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                self.prof.__enter__()
+                return
+            self.prof.__exit__(None, None, None)
+            table = self.prof.key_averages().table(
+                sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=70
+            )
+            Path(args.profile).mkdir(parents=True, exist_ok=True)
+            (Path(args.profile) / f"recipe_{args.mode}_gpu_ops.txt").write_text(table)
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             torch.cuda.synchronize()
@@ -167,6 +186,7 @@ def main() -> None:
     parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (the recipe: 0)")
     parser.add_argument("--pin-memory", action="store_true", help="page-locked batches (the recipe: off)")
     parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS)
+    parser.add_argument("--profile", metavar="DIR", help="write the GPU time by operator of steps 6-7 into DIR")
     parser.add_argument("--modes", default="sdpa,local", help="comma-separated: sdpa (the recipe), local")
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     args = parser.parse_args()

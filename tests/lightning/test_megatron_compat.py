@@ -124,3 +124,48 @@ def test_distributed_optimizer_loads_moments_around_a_shared_step():
         p.grad = torch.ones_like(p)
     adam.step()  # one step advances every parameter's own counter once
     assert [adam.state[p]["step"].item() for p in params] == [61.0, 61.0]
+
+
+def test_multi_tensor_fallbacks_are_replaced_by_foreach_kernels_with_the_same_values():
+    """Fix 8: megatron's per-tensor gradient norm / scale fallbacks, swapped for _foreach kernels."""
+    from megatron.core import utils
+    from megatron.core.optimizer import clip_grads
+    from megatron.core.optimizer import optimizer as megatron_optimizer
+
+    from bionemo.lightning.megatron_compat import foreach_l2_norm, foreach_scale, install_multi_tensor_fix
+
+    gen = torch.Generator().manual_seed(0)
+    grads = [torch.randn(shape, generator=gen) for shape in ((3, 5), (7,), (2, 2, 2))]
+    flag = torch.zeros(1, dtype=torch.int)
+    norm, per_tensor = foreach_l2_norm(2048 * 32, flag, [grads], False)
+    reference = torch.cat([g.flatten() for g in grads]).double().pow(2).sum().sqrt()
+    assert norm.shape == (1,)
+    assert norm.dtype == torch.float32
+    assert per_tensor is None
+    torch.testing.assert_close(norm.double(), reference.reshape(1))
+    assert foreach_l2_norm(2048 * 32, flag, [[]], False)[0].tolist() == [0.0]
+    bf16 = [g.bfloat16() for g in grads]  # norms of low-precision grads accumulate in fp32
+    torch.testing.assert_close(
+        foreach_l2_norm(0, flag, [bf16], False)[0], torch.cat([g.float().flatten() for g in bf16]).norm().reshape(1)
+    )
+
+    for scale in (0.25, 1.0):  # out of place, as megatron's fallback does it (1.0: main -> model param copy)
+        ours, theirs = [torch.empty_like(g).bfloat16() for g in grads], [torch.empty_like(g).bfloat16() for g in grads]
+        foreach_scale(0, flag, [grads, ours], scale)
+        utils.local_multi_tensor_scale(0, flag, [grads, theirs], scale)
+        for a, b in zip(ours, theirs, strict=True):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    in_place = [g.clone() for g in grads]  # grad clipping scales the gradients themselves
+    foreach_scale(0, flag, [in_place, in_place], 0.5)
+    for a, g in zip(in_place, grads, strict=True):
+        torch.testing.assert_close(a, g * 0.5, rtol=0, atol=0)
+
+    saved = (clip_grads.l2_norm_impl, clip_grads.multi_tensor_scale_impl, megatron_optimizer.multi_tensor_scale_impl)
+    try:
+        assert clip_grads.l2_norm_impl is utils.local_multi_tensor_l2_norm  # no Apex / TE on this machine
+        assert install_multi_tensor_fix()
+        assert not install_multi_tensor_fix()  # idempotent
+        assert clip_grads.l2_norm_impl is foreach_l2_norm
+        assert clip_grads.multi_tensor_scale_impl is megatron_optimizer.multi_tensor_scale_impl is foreach_scale
+    finally:
+        clip_grads.l2_norm_impl, clip_grads.multi_tensor_scale_impl, megatron_optimizer.multi_tensor_scale_impl = saved

@@ -32,6 +32,12 @@ does nothing unless the trainer's strategy is a ``MegatronStrategy``. Each fix n
    is wrapped to leave ``step`` alone, and to give each parameter its own ``step`` tensor: the one restored
    from the param groups is a single tensor shared by all of them, which torch Adam would advance once per
    parameter per step (:func:`install_distributed_optimizer_step_fix`).
+8. Without Apex or TransformerEngine, megatron-core's gradient-norm fallback (``local_multi_tensor_l2_norm``)
+   launches one norm kernel per gradient and turns each result into a Python float, which waits for the GPU
+   once per parameter tensor on every step (53 waits per step for a 4-layer GPT); its scale fallback (grad
+   clipping, main-to-model param copies) launches two kernels per tensor. Both are swapped for torch's
+   ``_foreach`` kernels, which compute the same values with one wait-free launch per tensor group
+   (:func:`install_multi_tensor_fix`; a no-op when the Apex or TransformerEngine kernels are in use).
 """
 
 import dataclasses
@@ -41,13 +47,19 @@ import sys
 import types
 from typing import Any
 
+import torch
 from megatron.core import parallel_state
 from typing_extensions import override
 
 import lightning.pytorch as pl
 from bionemo.lightning._nemo import MegatronStep, MegatronStrategy
 
-__all__ = ["MegatronCompatCallback", "install_distributed_optimizer_step_fix", "install_modelopt_stand_ins"]
+__all__ = [
+    "MegatronCompatCallback",
+    "install_distributed_optimizer_step_fix",
+    "install_modelopt_stand_ins",
+    "install_multi_tensor_fix",
+]
 
 
 class _StepWithoutDistillationShapes(MegatronStep):
@@ -83,6 +95,7 @@ class MegatronCompatCallback(pl.Callback):
         if _is_megatron(trainer):
             install_modelopt_stand_ins()
             install_distributed_optimizer_step_fix()
+            install_multi_tensor_fix()
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -199,3 +212,66 @@ def install_distributed_optimizer_step_fix() -> bool:
     set_states._bionemo_keeps_step = True  # type: ignore[attr-defined]
     DistributedOptimizer._set_main_param_and_optimizer_states = set_states  # type: ignore[method-assign]
     return True
+
+
+_foreach = types.SimpleNamespace(
+    # torch's multi-tensor kernels (what torch.optim uses); pyright flags them as private to torch
+    norm=torch._foreach_norm,  # pyright: ignore[reportPrivateImportUsage]
+    mul=torch._foreach_mul,  # pyright: ignore[reportPrivateImportUsage]
+    mul_=torch._foreach_mul_,  # pyright: ignore[reportPrivateImportUsage]
+    copy_=torch._foreach_copy_,  # pyright: ignore[reportPrivateImportUsage]
+)
+
+
+def foreach_l2_norm(
+    chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list[list[torch.Tensor]], per_tensor: bool, *args: Any
+) -> tuple[torch.Tensor, None]:
+    """The L2 norm of all tensors in ``tensor_lists`` as a one-element fp32 tensor, without waiting on the GPU.
+
+    Same arguments and result as megatron's ``local_multi_tensor_l2_norm`` (``chunk_size`` and ``noop_flag``
+    are unused, as there; no per-tensor norms).
+    """
+    tensors = [tensor for tensor_list in tensor_lists for tensor in tensor_list]
+    if not tensors:
+        return torch.zeros(1, dtype=torch.float32, device=noop_flag.device), None
+    norms = _foreach.norm(tensors, 2, dtype=torch.float32)
+    return torch.linalg.vector_norm(torch.stack(norms)).reshape(1), None
+
+
+def foreach_scale(
+    chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list[list[torch.Tensor]], scale: float
+) -> None:
+    """``dst = src * scale`` for each pair of ``tensor_lists = [srcs, dsts]``, like ``local_multi_tensor_scale``."""
+    sources, targets = tensor_lists
+    if not targets:
+        return
+    if all(source is target for source, target in zip(sources, targets, strict=True)):
+        _foreach.mul_(targets, scale)
+    elif scale == 1.0:
+        _foreach.copy_(targets, sources)
+    else:
+        _foreach.copy_(targets, _foreach.mul(sources, scale))
+
+
+def install_multi_tensor_fix() -> bool:
+    """Replace megatron-core's per-tensor gradient norm and scale fallbacks with ``_foreach`` kernels (fix 8).
+
+    Only the fallbacks are replaced: where megatron found Apex's or TransformerEngine's fused kernels, those stay.
+
+    Returns:
+        ``True`` when something was replaced now, ``False`` when nothing (left) to replace.
+    """
+    from megatron.core import optimizer as optimizer_package
+    from megatron.core import utils
+    from megatron.core.optimizer import clip_grads
+
+    replaced = False
+    if clip_grads.l2_norm_impl is utils.local_multi_tensor_l2_norm:
+        clip_grads.l2_norm_impl = foreach_l2_norm
+        replaced = True
+    modules: tuple[Any, ...] = (clip_grads, optimizer_package.optimizer)
+    for module in modules:
+        if module.multi_tensor_scale_impl is utils.local_multi_tensor_scale:
+            module.multi_tensor_scale_impl = foreach_scale
+            replaced = True
+    return replaced
