@@ -1,44 +1,36 @@
 """Train-step time of BionemoLightningModule under MegatronStrategy against a raw megatron-core loop (1 GPU).
 
-Both train the same megatron-core GPTModel (local layer spec, bf16, distributed Adam, megatron DDP with the
-gradient NaN check that MegatronStrategy turns on) on the same synthetic tokens, read through the same
-DataLoader and moved to the GPU by the same data step, with the same micro-batching. Both run with the
-megatron-core fixes that MegatronCompatCallback installs (fix 8, the wait-free gradient norm), so the ratio is
-the layer's own cost. Each loop runs in its own process (megatron keeps global state), alternating for
-``--rounds`` rounds; prints each loop's median whole-iteration time (median over rounds of per-run medians)
-and their ratio. Target (DEVELOPERS.md): the module within 3% of the raw loop.
+Both train a megatron-core GPTModel of the same shape (local layer spec, bf16, distributed Adam, megatron DDP
+with the gradient NaN check that MegatronStrategy turns on) on the same synthetic tokens, read through the
+same kind of DataLoader and moved to the GPU by the same data step, with the same micro-batching. The raw
+loop runs with the megatron-core fix MegatronCompatCallback installs for the module (fix 8, the wait-free
+gradient norm), so the ratio is the layer's own cost.
 
-Measured 2026-11-30 on one H200, first version (raw loop without the NaN check, its own data path, one round):
-raw 55.4 ms, module 81.6 ms, 1.47x; the same with the NaN check: raw 85.9 ms, module 75.8 ms. One process each
-is too noisy at these sizes: the step is bound by the host's Python, not the GPU.
+Both loops run in ONE process, in alternating blocks of ``--block`` steps: the raw loop's blocks run inside a
+Lightning callback between two module steps, and are subtracted from that module step's time. At these
+sizes a step is bound by the host's Python, not the GPU, and a separate process per loop measured the host,
+not the code: the same 816 ``aten::mm`` calls took 24.9 ms of CPU in one process and 41.8 ms in the next, and
+one loop's per-process medians spread over 46-78 ms. Prints each loop's median whole-iteration time after
+``--warmup`` steps, their ratio, and the ratio of each block pair's medians (median and spread).
+Target (DEVELOPERS.md): the module within 3% of the raw loop.
 
-Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 512 --mbs 8 --nmb 4 --steps 60]
-    [--rounds 3] [--profile DIR]: also record steps 9-12 of the first round with torch.profiler into DIR
-    ({raw,module}_ops.txt, a table of operators by self CPU time, and {raw,module}_trace.json for
-    chrome://tracing) and the call stacks of every host-GPU synchronization in those steps
-    ({raw,module}_syncs.txt).
+Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 512 --mbs 8 --nmb 4 --seq 256]
+    [--steps 120 --block 10 --warmup 20]
 """
 
 import argparse
-import contextlib
-import functools
-import json
-import os
 import statistics
-import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
-SIZES = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 1024, "seq": 256, "mbs": 8, "nmb": 4, "steps": 60}
+SIZES = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 1024, "seq": 256, "mbs": 8, "nmb": 4}
+RUN = {"steps": 120, "block": 10, "warmup": 20}
 
 
-def transformer_config(a):
+def config_kwargs(a) -> dict[str, Any]:
     import torch
-    from megatron.core.transformer.transformer_config import TransformerConfig
 
-    kwargs: dict[str, Any] = {
+    return {
         "num_layers": a.layers,
         "hidden_size": a.hidden,
         "num_attention_heads": a.heads,
@@ -52,124 +44,54 @@ def transformer_config(a):
         "bias_dropout_fusion": False,
         "gradient_accumulation_fusion": False,
     }
-    return kwargs, TransformerConfig
 
 
-def profiler(a, mode: str) -> Any:
-    """torch.profiler over a few warm steps (``--profile DIR``), or a stand-in that does nothing."""
-    if not a.profile:
-        return contextlib.nullcontext(SimpleProfiler())
-    from torch.profiler import ProfilerActivity, profile, schedule
-
-    def write(prof: Any) -> None:
-        out = Path(a.profile)
-        out.mkdir(parents=True, exist_ok=True)
-        (out / f"{mode}_ops.txt").write_text(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=60))
-        prof.export_chrome_trace(str(out / f"{mode}_trace.json"))
-
-    return profile(
-        activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA],
-        schedule=schedule(wait=8, warmup=1, active=4, repeat=1),
-        on_trace_ready=write,
-    )
-
-
-class SimpleProfiler:
-    def step(self) -> None:
-        pass
-
-
-class SyncRecorder:
-    """Records where the host waits on the GPU during steps 9-12 (``--profile DIR``: ``{mode}_syncs.txt``).
-
-    Uses torch's CUDA sync debug mode, which warns at every synchronizing call (``.item()``, blocking
-    copies, ...); each warning's call stack is counted, most frequent first.
-    """
-
-    def __init__(self, a, mode: str) -> None:
-        self.out = Path(a.profile) / f"{mode}_syncs.txt" if a.profile else None
-        self.steps = 0
-        self.stacks: dict[str, int] = {}
-
-    def _record(self, message, category, filename, lineno, file=None, line=None) -> None:
-        import traceback
-
-        stack = "".join(traceback.format_stack(limit=14)[:-2])
-        key = f"{message}\n{stack}"
-        self.stacks[key] = self.stacks.get(key, 0) + 1
-
-    def step(self) -> None:
-        import warnings
-
-        import torch
-
-        self.steps += 1
-        if self.out is None:
-            return
-        if self.steps == 9:
-            self._previous = warnings.showwarning
-            warnings.simplefilter("always")
-            warnings.showwarning = self._record
-            torch.cuda.set_sync_debug_mode("warn")
-        elif self.steps == 13:
-            torch.cuda.set_sync_debug_mode("default")
-            warnings.showwarning = self._previous
-            ranked = sorted(self.stacks.items(), key=lambda kv: -kv[1])
-            text = f"{sum(self.stacks.values())} synchronizing calls in steps 9-12\n\n"
-            text += "\n".join(f"=== {n} x\n{stack}" for stack, n in ranked)
-            self.out.parent.mkdir(parents=True, exist_ok=True)
-            self.out.write_text(text)
-
-
-def token_batches(a) -> Any:
-    """Both loops read the same synthetic next-token batches through the same DataLoader."""
+def token_dataset(a) -> Any:
+    """Synthetic next-token samples (both loops read their own copy through a DataLoader of ``--mbs``)."""
     import torch
-    from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import Dataset
 
     class Tokens(Dataset):
         def __len__(self):
-            return a.steps * a.mbs * a.nmb
+            return 2 * a.steps * a.mbs * a.nmb
 
         def __getitem__(self, i):
             start = torch.randint(0, a.vocab, (1,), generator=torch.Generator().manual_seed(i))
             ids = (start + torch.arange(a.seq + 1)) % a.vocab
             return {"tokens": ids[:-1], "labels": ids[1:], "loss_mask": torch.ones(a.seq)}
 
-    return Tokens(), functools.partial(DataLoader, batch_size=a.mbs)
+    return Tokens()
 
 
 def data_step(batch: dict) -> dict:
     return {k: v.cuda(non_blocking=True) for k, v in batch.items()}
 
 
-def raw(a) -> list[float]:
-    from bionemo.core.megatron_env import prepare_megatron_import
-
-    prepare_megatron_import()
-    import torch
-    import torch.distributed as dist
+def gpt_model(a, config: Any) -> Any:
     from megatron.core import parallel_state
-    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.models.gpt.gpt_model import GPTModel
+
+    return GPTModel(config=config, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=a.vocab,
+                    max_sequence_length=a.seq, pre_process=parallel_state.is_pipeline_first_stage(),
+                    post_process=parallel_state.is_pipeline_last_stage())  # fmt: skip
+
+
+def raw_loop(a) -> Any:
+    """A plain megatron-core training step on its own model (the process group is already up): ``step()``."""
+    import torch
+    from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
     from megatron.core.optimizer import OptimizerConfig, get_megatron_optimizer
     from megatron.core.pipeline_parallel import get_forward_backward_func
-    from megatron.core.tensor_parallel.random import model_parallel_cuda_manual_seed
     from megatron.core.transformer.module import Float16Module
+    from megatron.core.transformer.transformer_config import TransformerConfig
+    from torch.utils.data import DataLoader
 
     from bionemo.lightning.megatron_compat import install_multi_tensor_fix
     from bionemo.losses import masked_token_loss_sums
 
-    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
-    os.environ.setdefault("MASTER_PORT", "29533")
-    dist.init_process_group("nccl", rank=0, world_size=1)
-    torch.cuda.set_device(0)
-    parallel_state.initialize_model_parallel()
-    model_parallel_cuda_manual_seed(0)
-    kwargs, config_class = transformer_config(a)
-    cfg = config_class(**kwargs)
-    model = GPTModel(config=cfg, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=a.vocab,
-                     max_sequence_length=a.seq).cuda()  # fmt: skip
+    cfg = TransformerConfig(**config_kwargs(a))
+    model = gpt_model(a, cfg).cuda()
     ddp = DistributedDataParallel(
         # NeMo's MegatronStrategy default: the same NaN check of the gradients every step
         cfg, DistributedDataParallelConfig(use_distributed_optimizer=True, grad_reduce_in_fp32=True,
@@ -180,9 +102,10 @@ def raw(a) -> list[float]:
     opt = get_megatron_optimizer(
         OptimizerConfig(lr=1e-4, optimizer="adam", bf16=True, use_distributed_optimizer=True), [ddp]
     )
-    install_multi_tensor_fix()  # megatron's own fallback, fixed as MegatronCompatCallback fixes it for the module
+    install_multi_tensor_fix()  # already installed for the module by MegatronCompatCallback; idempotent
     position_ids = torch.arange(a.seq, device="cuda").expand(a.mbs, -1)
-    dataset, loader = token_batches(a)
+    batches = iter(DataLoader(token_dataset(a), batch_size=a.mbs))
+    forward_backward = get_forward_backward_func()
 
     def forward_step(data, m):
         batch = data_step(next(data))
@@ -194,33 +117,26 @@ def raw(a) -> list[float]:
 
         return logits, loss
 
-    it, fb, times, syncs = iter(loader(dataset)), get_forward_backward_func(), [], SyncRecorder(a, "raw")
-    with profiler(a, "raw") as prof:
-        for _ in range(a.steps):
-            torch.cuda.synchronize()  # whole iterations, as the module's timer measures them
-            start = time.perf_counter()
-            ddp.zero_grad_buffer()
-            opt.zero_grad()
-            fb(forward_step_func=forward_step, data_iterator=it, model=[ddp], num_microbatches=a.nmb,
-               seq_length=a.seq, micro_batch_size=a.mbs, forward_only=False)  # fmt: skip
-            opt.step()
-            torch.cuda.synchronize()
-            times.append(time.perf_counter() - start)
-            prof.step()
-            syncs.step()
-    return times
+    def step() -> None:
+        ddp.zero_grad_buffer()
+        opt.zero_grad()
+        forward_backward(forward_step_func=forward_step, data_iterator=batches, model=[ddp],
+                         num_microbatches=a.nmb, seq_length=a.seq, micro_batch_size=a.mbs,
+                         forward_only=False)  # fmt: skip
+        opt.step()
+
+    return step
 
 
-def module(a) -> list[float]:
+def run(a) -> tuple[list[float], list[float]]:
+    """Fit the module for ``a.steps`` steps with raw-loop blocks in between: (module times, raw times)."""
     from bionemo.core.megatron_env import prepare_megatron_import
 
     prepare_megatron_import()
     import lightning.pytorch as pl
     import torch
-    from megatron.core import parallel_state
-    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
-    from megatron.core.models.gpt.gpt_model import GPTModel
     from megatron.core.optimizer import OptimizerConfig
+    from megatron.core.transformer.transformer_config import TransformerConfig
     from nemo import lightning as nl
 
     from bionemo.core import BionemoTrainableModelConfig
@@ -228,13 +144,9 @@ def module(a) -> list[float]:
     from bionemo.lightning._nemo import MegatronOptimizerModule
     from bionemo.losses import MaskedTokenLossReduction
 
-    kwargs, config_class = transformer_config(a)
-
-    class Config(config_class, BionemoTrainableModelConfig):  # type: ignore[misc, valid-type]
+    class Config(TransformerConfig, BionemoTrainableModelConfig):
         def configure_model(self, *args, **kw):
-            return GPTModel(config=self, transformer_layer_spec=get_gpt_layer_local_spec(), vocab_size=a.vocab,
-                            max_sequence_length=a.seq, pre_process=parallel_state.is_pipeline_first_stage(),
-                            post_process=parallel_state.is_pipeline_last_stage())  # fmt: skip
+            return gpt_model(a, self)
 
         def get_loss_reduction_class(self):
             return MaskedTokenLossReduction
@@ -244,40 +156,56 @@ def module(a) -> list[float]:
     def forward_step(model, batch):
         return model(batch["tokens"], position_ids, None).transpose(0, 1)  # token_logits [s, b, v]
 
-    class Timer(pl.Callback):
-        """Whole iterations: from one batch start to the next (the loop's own work between steps included)."""
+    class Interleave(pl.Callback):
+        """Times module steps (batch start to next batch start) and runs a raw block after every ``block``."""
 
-        def __init__(self):
-            self.starts = []
-            self.profiler = profiler(a, "module")
-            self.syncs = SyncRecorder(a, "module")
+        def __init__(self) -> None:
+            self.module_times: list[float] = []
+            self.raw_times: list[float] = []
+            self.start = 0.0
+            self.raw_block = 0.0
+
+        def _mark(self) -> None:
+            torch.cuda.synchronize()
+            now = time.perf_counter()
+            if self.start:
+                self.module_times.append(now - self.start - self.raw_block)
+            self.start, self.raw_block = now, 0.0
 
         def on_train_start(self, trainer, pl_module):
-            self.prof = self.profiler.__enter__()
+            self.raw_step = raw_loop(a)  # after MegatronStrategy has set up the process group and megatron
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
-            torch.cuda.synchronize()
-            self.starts.append(time.perf_counter())
+            self._mark()
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-            self.prof.step()
-            self.syncs.step()
+            if (batch_idx + 1) % a.block:
+                return
+            torch.cuda.synchronize()
+            block_start = time.perf_counter()
+            for _ in range(a.block):
+                torch.cuda.synchronize()
+                start = time.perf_counter()
+                self.raw_step()
+                torch.cuda.synchronize()
+                self.raw_times.append(time.perf_counter() - start)
+            self.raw_block = time.perf_counter() - block_start
 
         def on_train_end(self, trainer, pl_module):
-            torch.cuda.synchronize()
-            self.starts.append(time.perf_counter())
-            self.profiler.__exit__(None, None, None)
+            self._mark()
 
-    optimizer = MegatronOptimizerModule(
-        config=OptimizerConfig(lr=1e-4, optimizer="adam", bf16=True, use_distributed_optimizer=True)
-    )
     lm = BionemoLightningModule(
-        Config(**kwargs), forward_step=forward_step, data_step=lambda it: data_step(next(it)), optimizer=optimizer
+        Config(**config_kwargs(a)),
+        forward_step=forward_step,
+        data_step=lambda it: data_step(next(it)),
+        optimizer=MegatronOptimizerModule(
+            config=OptimizerConfig(lr=1e-4, optimizer="adam", bf16=True, use_distributed_optimizer=True)
+        ),
     )
     data = MegatronDataModule(
-        train=token_batches(a)[0], micro_batch_size=a.mbs, global_batch_size=a.mbs * a.nmb, seq_length=a.seq
+        train=token_dataset(a), micro_batch_size=a.mbs, global_batch_size=a.mbs * a.nmb, seq_length=a.seq
     )
-    timer = Timer()
+    timer = Interleave()
     trainer = nl.Trainer(
         devices=1, accelerator="gpu", strategy=nl.MegatronStrategy(ckpt_async_save=False),
         plugins=nl.MegatronMixedPrecision(precision="bf16-mixed"), max_steps=a.steps, limit_val_batches=0,
@@ -285,42 +213,35 @@ def module(a) -> list[float]:
         use_distributed_sampler=False, callbacks=[timer],
     )  # fmt: skip
     trainer.fit(lm, datamodule=data)
-    return [b - a for a, b in zip(timer.starts, timer.starts[1:], strict=False)]
+    return timer.module_times, timer.raw_times
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    for key, value in SIZES.items():
+    for key, value in {**SIZES, **RUN}.items():
         parser.add_argument(f"--{key}", type=int, default=value)
-    parser.add_argument("--rounds", type=int, default=3, help="alternating raw / module runs (median of their medians)")
-    parser.add_argument("--profile", metavar="DIR", help="also write torch.profiler tables and traces into DIR")
-    parser.add_argument("--mode", choices=["raw", "module"], help=argparse.SUPPRESS)
     a = parser.parse_args()
-    if a.mode:
-        times = (raw if a.mode == "raw" else module)(a)
-        warm = sorted(times[5:])
-        print("RESULT " + json.dumps({"median_s": warm[len(warm) // 2]}))
-        return
-    runs: dict[str, list[float]] = {"raw": [], "module": []}
-    for round_ in range(a.rounds):  # alternating processes: a drift of the host's speed hits both alike
-        for mode in runs:
-            argv = [f"--{key}={getattr(a, key)}" for key in SIZES]
-            if a.profile and round_ == 0:  # the profiled round is not timed apart; its median barely moves
-                argv.append(f"--profile={a.profile}")
-            out = subprocess.run([sys.executable, __file__, "--mode", mode, *argv], capture_output=True, text=True)
-            line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
-            if line is None:
-                sys.exit(f"{mode} run failed:\n{out.stderr[-3000:]}")
-            runs[mode].append(json.loads(line[len("RESULT ") :])["median_s"])
+    if a.steps % a.block or a.warmup % a.block or a.warmup >= a.steps:
+        parser.error("--steps and --warmup must be multiples of --block, and --warmup below --steps")
+    module_times, raw_times = run(a)
+    module_times, raw_times = module_times[a.warmup :], raw_times[a.warmup :]
     tokens_per_step = a.mbs * a.nmb * a.seq
-    medians = {mode: statistics.median(times) for mode, times in runs.items()}
-    print(f"{a.layers} layers x {a.hidden}, micro-batch {a.mbs} x {a.seq} tokens, {a.nmb} per step; {a.rounds} rounds")
+    print(
+        f"{a.layers} layers x {a.hidden}, micro-batch {a.mbs} x {a.seq} tokens, {a.nmb} per step; "
+        f"{len(module_times)} steps of each after {a.warmup}, alternating blocks of {a.block}"
+    )
+    medians = {"raw": statistics.median(raw_times), "module": statistics.median(module_times)}
     for mode, seconds in medians.items():
-        each = " ".join(f"{t * 1e3:.2f}" for t in runs[mode])
-        print(
-            f"{mode:8} median step {seconds * 1e3:8.2f} ms {tokens_per_step / seconds:12,.0f} tokens/s (rounds: {each})"
-        )
+        print(f"{mode:8} median step {seconds * 1e3:8.2f} ms {tokens_per_step / seconds:12,.0f} tokens/s")
+    pairs = [
+        statistics.median(module_times[i : i + a.block]) / statistics.median(raw_times[i : i + a.block])
+        for i in range(0, len(module_times), a.block)
+    ]
     print(f"module / raw: {medians['module'] / medians['raw']:.3f}x (target <= 1.03)")
+    print(
+        f"per block pair: median {statistics.median(pairs):.3f}x, range {min(pairs):.3f}-{max(pairs):.3f}x "
+        f"over {len(pairs)} pairs"
+    )
 
 
 if __name__ == "__main__":

@@ -116,8 +116,9 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
             torch.cuda.synchronize()
             self.starts.append(time.perf_counter())
-            if args.profile and batch_idx in (6, 8):  # two warm steps: where the GPU's time goes
-                self._profile(start=batch_idx == 6)
+            step = len(self.starts) - 1  # batch_idx is not the step under MegatronStrategy
+            if args.profile and step in (6, 8):  # two warm steps: where the GPU's time goes
+                self._profile(start=step == 6)
 
         def _profile(self, start: bool) -> None:
             from torch.profiler import ProfilerActivity, profile

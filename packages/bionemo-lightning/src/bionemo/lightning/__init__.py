@@ -9,6 +9,7 @@ from bionemo.lightning.megatron_compat import MegatronCompatCallback
 from bionemo.lightning.module import BionemoLightningModule
 from bionemo.lightning.optimizer import default_megatron_optimizer, init_adam_state, torch_optimizer_from_config
 from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
+from bionemo.lightning.rope_fusion import install_compiled_rope
 from bionemo.lightning.sdpa_attention import SDPACoreAttention, sdpa_layer_spec
 
 __all__ = [
@@ -19,6 +20,7 @@ __all__ = [
     "SDPACoreAttention",
     "default_megatron_optimizer",
     "init_adam_state",
+    "install_compiled_rope",
     "sdpa_layer_spec",
     "torch_optimizer_from_config",
 ]

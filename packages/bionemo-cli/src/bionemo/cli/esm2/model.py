@@ -11,7 +11,7 @@ from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 
 from bionemo.core import BionemoTrainableModelConfig
-from bionemo.lightning import sdpa_layer_spec
+from bionemo.lightning import install_compiled_rope, sdpa_layer_spec
 from bionemo.losses import MaskedTokenLossReduction, token_cross_entropy
 
 __all__ = ["ESM2Config", "forward_step", "make_predict_step"]
@@ -38,6 +38,8 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig[GPTModel, Masked
     use_cpu_initialization: bool = True
     position_embedding: Literal["learned_absolute", "rope"] = "learned_absolute"
     """``"learned_absolute"`` (runs anywhere) or ``"rope"`` (ESM-2's rotary embeddings; megatron's needs CUDA)."""
+    compile_rope: bool = False
+    """With ``"rope"``: compile megatron's unfused RoPE into fused kernels (``install_compiled_rope``)."""
 
     @property
     def padded_vocab_size(self) -> int:
@@ -47,6 +49,8 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig[GPTModel, Masked
 
     def configure_model(self, *args: Any, **kwargs: Any) -> GPTModel:
         """Build the encoder (megatron's GPTModel with a padding-mask, SDPA attention layer spec)."""
+        if self.compile_rope and self.position_embedding == "rope":
+            install_compiled_rope()
         return GPTModel(
             config=self,
             transformer_layer_spec=sdpa_layer_spec(AttnMaskType.padding),

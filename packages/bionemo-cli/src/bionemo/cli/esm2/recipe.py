@@ -27,9 +27,14 @@ GPU_MODEL = {
     "ffn_hidden_size": 4096,
     "seq_length": 1026,
     "position_embedding": "rope",
+    "compile_rope": True,
+    "bias_activation_fusion": True,
+    "bias_dropout_fusion": True,
 }
 """About 150M parameters. Chosen for the GPU's sake: ESM-2 35M's shape (12 x 480, 20 heads of 24) keeps an
-H200 at 12% of its bf16 peak, this one at 30% (``tools/bench_recipe_throughput.py``)."""
+H200 at 12% of its bf16 peak, this one at 30% unfused; megatron's compiled bias+GeLU and bias+dropout+add
+and the compiled RoPE (``bionemo.lightning.install_compiled_rope``) take it further
+(``tools/bench_recipe_throughput.py``)."""
 
 
 def _recipe(name: str, description: str, model: dict[str, Any], **run: Any) -> Recipe:
