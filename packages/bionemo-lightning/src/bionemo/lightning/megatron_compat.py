@@ -38,7 +38,7 @@ does nothing unless the trainer's strategy is a ``MegatronStrategy``. Each fix n
    clipping, main-to-model param copies) launches two kernels per tensor. Both are swapped for torch's
    ``_foreach`` kernels, which compute the same values with one wait-free launch per tensor group
    (:func:`install_multi_tensor_fix`; a no-op when the Apex or TransformerEngine kernels are in use).
-9. NeMo logs seven or eight scalars per training step through ``LightningModule.log`` (global step, loss,
+9. NeMo logs six to eight scalars per training step through ``LightningModule.log`` (global step, loss,
    learning rate, consumed samples, ...). Lightning 2.4 moves the stored metric (a torchmetrics ``Metric``)
    to the value's device on every call by walking all of its attributes: 140 us per call on the 2-core CPU
    machine, 9 us when the walk is skipped for a metric already on that device, which is what the wrapper
