@@ -138,8 +138,13 @@ def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> li
     from bionemo.cli.trainers import check_hardware, check_output_dir, is_launching_rank
 
     out = settings.output_dir or Path("bionemo_runs") / recipe
-    check_output_dir(out)
     check_hardware(settings)
+    _check_model_runs_here(
+        defaults["model"],
+        settings,
+        "on CPU use --recipe esm2-demo, or set position_embedding: learned_absolute under model: in --config",
+    )
+    check_output_dir(out)
     max_residues = defaults["model"]["seq_length"] - 2
     if settings.data is None:
         data = out / "data" / "demo_train.fasta"
@@ -298,8 +303,9 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
         )
     model = dict(metadata["model"])
     out = settings.output_dir or Path("bionemo_predictions")
-    check_output_dir(out)
     check_hardware(settings)
+    _check_model_runs_here(model, settings, f"predict with checkpoint {checkpoint} on a GPU")
+    check_output_dir(out)
     data = settings.data or BUNDLED_SEQUENCES
     try:
         records = read_sequences(data, model["seq_length"] - 2, settings.truncate)
@@ -371,6 +377,22 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
 def _pair(metadata: dict[str, Any]) -> str:
     trained, untrained = metadata.get("val_ppl"), metadata.get("untrained_val_ppl")
     return " / ".join(f"{value:.3f}" if value else "not recorded" for value in (trained, untrained))
+
+
+def _check_model_runs_here(model: dict[str, Any], settings: RunSettings, hint: str) -> None:
+    """Refuse a model the chosen accelerator cannot run, before any output or process group exists.
+
+    Raises:
+        SettingsError: Rotary position embeddings (megatron-core's run on CUDA only) on CPU.
+    """
+    from bionemo.cli.trainers import accelerator
+
+    if model.get("position_embedding") == "rope" and accelerator(settings) == "cpu":
+        raise SettingsError(
+            "this model uses rotary position embeddings (position_embedding: rope), which megatron-core runs on "
+            f"CUDA GPUs only, and this run is on CPU; {hint}",
+            "--checkpoint" if "checkpoint" in hint else "--recipe",
+        )
 
 
 def _checked_model(model: dict[str, Any]) -> dict[str, Any]:
