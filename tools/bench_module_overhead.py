@@ -11,7 +11,8 @@ Lightning callback between two module steps, and are subtracted from that module
 sizes a step is bound by the host's Python, not the GPU, and a separate process per loop measured the host,
 not the code: the same 816 ``aten::mm`` calls took 24.9 ms of CPU in one process and 41.8 ms in the next, and
 one loop's per-process medians spread over 46-78 ms. Prints each loop's median whole-iteration time after
-``--warmup`` steps, their ratio, and the ratio of each block pair's medians (median and spread).
+``--warmup`` steps, their ratio, the ratio of each block pair's medians (median and spread), and the median
+host time of each phase of a step (see :class:`Phases`) in both loops, to show where the difference lies.
 Target (DEVELOPERS.md): the module within 3% of the raw loop.
 
 Measured 2026-11-30 on one H200 (before fix 9): micro-batches of 8 x 256 (defaults): raw 47.6 ms, module
@@ -29,6 +30,33 @@ from typing import Any
 
 SIZES = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 1024, "seq": 256, "mbs": 8, "nmb": 4}
 RUN = {"steps": 120, "block": 10, "warmup": 20}
+
+
+class Phases:
+    """Host timestamps within each step, to show where the module's extra time goes (medians per phase).
+
+    A step starts after a GPU sync (the GPU is idle), so "before the first forward" is host time the GPU
+    waits through; "after the optimizer step" runs until the next step's start, its sync included.
+    """
+
+    NAMES = ("before the first forward", "forward + backward", "optimizer step", "after the optimizer step")
+    MARKS = ("start", "forward", "optimizer", "stepped")
+
+    def __init__(self) -> None:
+        self.marks: dict[str, float] = {}
+        self.steps: list[tuple[float, ...]] = []
+
+    def mark(self, name: str) -> None:
+        """Record ``name`` the first time it happens in this step."""
+        self.marks.setdefault(name, time.perf_counter())
+
+    def close(self, end: float, excluded: float = 0.0) -> None:
+        """End the step at ``end`` (less ``excluded`` seconds spent in the other loop), start the next."""
+        m = self.marks
+        if all(key in m for key in self.MARKS):
+            points = [m[key] for key in self.MARKS]
+            self.steps.append((*(b - a for a, b in zip(points, points[1:], strict=False)), end - excluded - points[-1]))
+        self.marks = {"start": end}
 
 
 def config_kwargs(a) -> dict[str, Any]:
@@ -81,7 +109,7 @@ def gpt_model(a, config: Any) -> Any:
                     post_process=parallel_state.is_pipeline_last_stage())  # fmt: skip
 
 
-def raw_loop(a) -> Any:
+def raw_loop(a, phases: Phases) -> Any:
     """A plain megatron-core training step on its own model (the process group is already up): ``step()``."""
     import torch
     from megatron.core.distributed import DistributedDataParallel, DistributedDataParallelConfig, finalize_model_grads
@@ -112,6 +140,7 @@ def raw_loop(a) -> Any:
     forward_backward = get_forward_backward_func()
 
     def forward_step(data, m):
+        phases.mark("forward")
         batch = data_step(next(data))
         logits = m(input_ids=batch["tokens"], position_ids=position_ids, attention_mask=None)  # [b, s, v]
 
@@ -127,13 +156,19 @@ def raw_loop(a) -> Any:
         forward_backward(forward_step_func=forward_step, data_iterator=batches, model=[ddp],
                          num_microbatches=a.nmb, seq_length=a.seq, micro_batch_size=a.mbs,
                          forward_only=False)  # fmt: skip
+        phases.mark("optimizer")
         opt.step()
+        phases.mark("stepped")
 
     return step
 
 
-def run(a) -> tuple[list[float], list[float]]:
-    """Fit the module for ``a.steps`` steps with raw-loop blocks in between: (module times, raw times)."""
+def run(a) -> tuple[list[float], list[float], Phases, Phases]:
+    """Fit the module for ``a.steps`` steps with raw-loop blocks in between.
+
+    Returns:
+        Module step times, raw step times, and each loop's :class:`Phases`.
+    """
     from bionemo.core.megatron_env import prepare_megatron_import
 
     prepare_megatron_import()
@@ -168,21 +203,28 @@ def run(a) -> tuple[list[float], list[float]]:
             self.raw_times: list[float] = []
             self.start = 0.0
             self.raw_block = 0.0
+            self.phases, self.raw_phases = Phases(), Phases()
 
         def _mark(self) -> None:
             torch.cuda.synchronize()
             now = time.perf_counter()
             if self.start:
                 self.module_times.append(now - self.start - self.raw_block)
+            self.phases.close(now, self.raw_block)
             self.start, self.raw_block = now, 0.0
 
         def on_train_start(self, trainer, pl_module):
-            self.raw_step = raw_loop(a)  # after MegatronStrategy has set up the process group and megatron
+            # after MegatronStrategy has set up the process group and megatron
+            self.raw_step = raw_loop(a, self.raw_phases)
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self._mark()
 
+        def on_before_optimizer_step(self, trainer, pl_module, optimizer):
+            self.phases.mark("optimizer")
+
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+            self.phases.mark("stepped")
             if (batch_idx + 1) % a.block:
                 return
             torch.cuda.synchronize()
@@ -190,18 +232,27 @@ def run(a) -> tuple[list[float], list[float]]:
             for _ in range(a.block):
                 torch.cuda.synchronize()
                 start = time.perf_counter()
+                self.raw_phases.close(start)
                 self.raw_step()
                 torch.cuda.synchronize()
-                self.raw_times.append(time.perf_counter() - start)
+                end = time.perf_counter()
+                self.raw_times.append(end - start)
+                self.raw_phases.close(end)
             self.raw_block = time.perf_counter() - block_start
 
         def on_train_end(self, trainer, pl_module):
             self._mark()
 
+    timer = Interleave()
+
+    def module_data_step(it):
+        timer.phases.mark("forward")
+        return data_step(next(it))
+
     lm = BionemoLightningModule(
         Config(**config_kwargs(a)),
         forward_step=forward_step,
-        data_step=lambda it: data_step(next(it)),
+        data_step=module_data_step,
         optimizer=MegatronOptimizerModule(
             config=OptimizerConfig(lr=1e-4, optimizer="adam", bf16=True, use_distributed_optimizer=True)
         ),
@@ -209,7 +260,6 @@ def run(a) -> tuple[list[float], list[float]]:
     data = MegatronDataModule(
         train=token_dataset(a), micro_batch_size=a.mbs, global_batch_size=a.mbs * a.nmb, seq_length=a.seq
     )
-    timer = Interleave()
     trainer = nl.Trainer(
         devices=1, accelerator="gpu", strategy=nl.MegatronStrategy(ckpt_async_save=False),
         plugins=nl.MegatronMixedPrecision(precision="bf16-mixed"), max_steps=a.steps, limit_val_batches=0,
@@ -217,7 +267,7 @@ def run(a) -> tuple[list[float], list[float]]:
         use_distributed_sampler=False, callbacks=[timer],
     )  # fmt: skip
     trainer.fit(lm, datamodule=data)
-    return timer.module_times, timer.raw_times
+    return timer.module_times, timer.raw_times, timer.phases, timer.raw_phases
 
 
 def main() -> None:
@@ -227,7 +277,7 @@ def main() -> None:
     a = parser.parse_args()
     if a.steps % a.block or a.warmup % a.block or a.warmup >= a.steps:
         parser.error("--steps and --warmup must be multiples of --block, and --warmup below --steps")
-    module_times, raw_times = run(a)
+    module_times, raw_times, module_phases, raw_phases = run(a)
     module_times, raw_times = module_times[a.warmup :], raw_times[a.warmup :]
     tokens_per_step = a.mbs * a.nmb * a.seq
     print(
@@ -246,6 +296,13 @@ def main() -> None:
         f"per block pair: median {statistics.median(pairs):.3f}x, range {min(pairs):.3f}-{max(pairs):.3f}x "
         f"over {len(pairs)} pairs"
     )
+    print(f"{'phase (host time, median ms)':32} {'raw':>8} {'module':>8} {'extra':>8}")
+    for i, name in enumerate(Phases.NAMES):
+        raw_ms, module_ms = (
+            statistics.median(step[i] for step in phases.steps[a.warmup :]) * 1e3
+            for phases in (raw_phases, module_phases)
+        )
+        print(f"{name:32} {raw_ms:8.2f} {module_ms:8.2f} {module_ms - raw_ms:+8.2f}")
 
 
 if __name__ == "__main__":
