@@ -99,6 +99,7 @@ def test_rotary_models_are_refused_on_cpu_before_any_output(tmp_path, monkeypatc
     assert train.exit_code == 2
     assert "position_embedding: rope" in flat(train.output)
     assert "--recipe esm2-demo" in flat(train.output)
+    assert "Invalid value for '--recipe'" in flat(train.output)
     assert not out.exists()
     checkpoint = tmp_path / "rope.safetensors"
     model = {
@@ -114,6 +115,7 @@ def test_rotary_models_are_refused_on_cpu_before_any_output(tmp_path, monkeypatc
     )
     assert predict.exit_code == 2
     assert "position_embedding: rope" in flat(predict.output)
+    assert "Invalid value for '--checkpoint'" in flat(predict.output)
     assert flat(predict.output).endswith("on a GPU")  # the hint: predict with that checkpoint on a GPU
     assert not out.exists()
 

@@ -143,6 +143,7 @@ def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> li
         defaults["model"],
         settings,
         "on CPU use --recipe esm2-demo, or set position_embedding: learned_absolute under model: in --config",
+        "--recipe",
     )
     check_output_dir(out)
     max_residues = defaults["model"]["seq_length"] - 2
@@ -304,7 +305,7 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
     model = dict(metadata["model"])
     out = settings.output_dir or Path("bionemo_predictions")
     check_hardware(settings)
-    _check_model_runs_here(model, settings, f"predict with checkpoint {checkpoint} on a GPU")
+    _check_model_runs_here(model, settings, f"predict with checkpoint {checkpoint} on a GPU", "--checkpoint")
     check_output_dir(out)
     data = settings.data or BUNDLED_SEQUENCES
     try:
@@ -379,8 +380,10 @@ def _pair(metadata: dict[str, Any]) -> str:
     return " / ".join(f"{value:.3f}" if value else "not recorded" for value in (trained, untrained))
 
 
-def _check_model_runs_here(model: dict[str, Any], settings: RunSettings, hint: str) -> None:
+def _check_model_runs_here(model: dict[str, Any], settings: RunSettings, hint: str, option: str) -> None:
     """Refuse a model the chosen accelerator cannot run, before any output or process group exists.
+
+    ``hint`` says what would work instead; ``option`` is the command-line option the error names.
 
     Raises:
         SettingsError: Rotary position embeddings (megatron-core's run on CUDA only) on CPU.
@@ -391,7 +394,7 @@ def _check_model_runs_here(model: dict[str, Any], settings: RunSettings, hint: s
         raise SettingsError(
             "this model uses rotary position embeddings (position_embedding: rope), which megatron-core runs on "
             f"CUDA GPUs only, and this run is on CPU; {hint}",
-            "--checkpoint" if "checkpoint" in hint else "--recipe",
+            option,
         )
 
 
