@@ -29,7 +29,7 @@ H200_BF16_DENSE_TFLOPS = 989.0
 def _model(args: argparse.Namespace) -> dict[str, Any]:
     import yaml
 
-    from bionemo.cli.esm2.recipe import GPU_MODEL
+    from bionemo.esm2.recipes import GPU_MODEL
 
     model: dict[str, Any] = dict(GPU_MODEL)
     for item in args.model:
@@ -54,18 +54,19 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
 
     import lightning.pytorch as pl
     import torch
-    from megatron.core.models.gpt import GPTModel
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.optimizer import OptimizerConfig
     from megatron.core.transformer.enums import AttnMaskType
     from nemo import lightning as nl
 
-    from bionemo.cli.esm2.data import MaskedProteinDataset, data_step
-    from bionemo.cli.esm2.model import ESM2Config, forward_step
-    from bionemo.cli.esm2.readers import SequenceRecord
-    from bionemo.cli.esm2.recipe import _datamodule, _model_config, gpu
-    from bionemo.cli.esm2.tokenizer import ProteinTokenizer
-    from bionemo.cli.settings import Precision, RunSettings
+    from bionemo.esm2.data import MaskedProteinDataset, data_step
+    from bionemo.esm2._common import datamodule, model_config
+    from bionemo.esm2.model import ESM2Config, ESM2Model
+    from bionemo.esm2.readers import SequenceRecord
+    from bionemo.esm2.recipes import gpu
+    from bionemo.esm2.steps import forward_step
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+    from bionemo.recipes.settings import Precision, RunSettings
     from bionemo.lightning import BionemoLightningModule
     from bionemo.lightning._nemo import MegatronOptimizerModule
 
@@ -80,20 +81,13 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     settings = RunSettings.model_validate(
         {"precision": Precision.BF16, "micro_batch_size": args.mbs, "global_batch_size": args.mbs * args.nmb}
     )
-    config = _model_config(model, settings, tokenizer.vocab_size)
+    config = model_config(model, settings)
     if args.mode == "local":
 
-        def local_model(self: ESM2Config, *_: Any, **__: Any) -> GPTModel:
+        def local_model(self: ESM2Config, *_: Any, **__: Any) -> ESM2Model:
             spec = get_gpt_layer_local_spec()
             spec.submodules.self_attention.params = {"attn_mask_type": AttnMaskType.padding}
-            return GPTModel(
-                config=self,
-                transformer_layer_spec=spec,
-                vocab_size=self.padded_vocab_size,
-                max_sequence_length=self.seq_length,
-                share_embeddings_and_output_weights=True,
-                position_embedding_type=self.position_embedding,
-            )
+            return ESM2Model(self, transformer_layer_spec=spec)
 
         config.configure_model = local_model.__get__(config)  # type: ignore[method-assign]
     module = BionemoLightningModule(
@@ -107,7 +101,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     samples = args.steps * args.mbs * args.nmb
     train = MaskedProteinDataset(records, tokenizer, length=samples)
     loader = {"num_workers": args.num_workers, "pin_memory": args.pin_memory}
-    datamodule = _datamodule(settings, dict(gpu().defaults), loader=loader, train=train)
+    data = datamodule(settings, dict(gpu().defaults), loader=loader, train=train)
 
     class Timer(pl.Callback):
         def __init__(self) -> None:
@@ -153,7 +147,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         use_distributed_sampler=False,
         callbacks=[timer],
     )
-    trainer.fit(module, datamodule=datamodule)
+    trainer.fit(module, datamodule=data)
     periods = sorted(b - a for a, b in zip(timer.starts[5:], timer.starts[6:], strict=False))
     return {
         "median_step_s": periods[len(periods) // 2],

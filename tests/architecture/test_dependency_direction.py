@@ -1,4 +1,4 @@
-"""Dependencies flow one way: core <- collate <- losses <- callbacks <- lightning <- cli.
+"""Dependencies flow one way: core <- collate <- losses <- callbacks <- lightning <- recipes <- esm2 <- cli.
 
 Checks both what each package's source imports and what its pyproject declares.
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ORDER = ["core", "collate", "losses", "callbacks", "lightning", "cli"]
+ORDER = ["core", "collate", "losses", "callbacks", "lightning", "recipes", "esm2", "cli"]
 
 # Third-party imports each package may make (import name -> distribution), cumulative along ORDER.
 THIRD_PARTY = {
@@ -20,7 +20,9 @@ THIRD_PARTY = {
     "losses": {"megatron": "megatron-core", "nemo": "nemo-toolkit"},
     "callbacks": {"lightning": "lightning", "safetensors": "safetensors"},
     "lightning": {},
-    "cli": {"typer": "typer", "rich": "rich", "pydantic": "pydantic", "yaml": "pyyaml", "matplotlib": "matplotlib"},
+    "recipes": {"pydantic": "pydantic", "yaml": "pyyaml", "matplotlib": "matplotlib"},
+    "esm2": {"rich": "rich"},
+    "cli": {"typer": "typer", "rich": "rich"},
 }
 # Where an indirect dependency is imported directly, it must be declared: lightning pulls these in.
 IMPLIED = {"typing_extensions", "numpy"}

@@ -5,8 +5,8 @@ from types import SimpleNamespace
 
 import torch
 
-from bionemo.cli.checkpoints import checkpoint_callback, resume_checkpoint
-from bionemo.cli.settings import RunSettings, StrategyChoice
+from bionemo.recipes.checkpoints import checkpoint_callback, resume_checkpoint
+from bionemo.recipes.settings import RunSettings, StrategyChoice
 
 MEGATRON = RunSettings(strategy=StrategyChoice.MEGATRON)
 LIGHTNING = RunSettings(strategy=StrategyChoice.DDP)

@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from bionemo.cli.esm2.readers import read_sequences
-from bionemo.cli.esm2.recipe import BUNDLED_SEQUENCES
-from bionemo.cli.esm2.weights import read_metadata
-from bionemo.cli.outputs import read_predictions
+from bionemo.esm2.readers import read_sequences
+from bionemo.esm2.recipes import BUNDLED_SEQUENCES
+from bionemo.esm2.weights import read_metadata
+from bionemo.recipes.outputs import read_predictions
 
 BIONEMO = [sys.executable, "-m", "bionemo.cli"]
 

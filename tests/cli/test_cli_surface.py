@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from bionemo.cli.app import app
-from bionemo.cli.esm2.recipe import BUNDLED_CHECKPOINT
+from bionemo.esm2.recipes import BUNDLED_CHECKPOINT
 
 runner = CliRunner()
 
@@ -60,7 +60,7 @@ def test_recipes_list_and_show():
 
 
 def test_shown_settings_work_as_a_config_file_and_options_override_them(tmp_path):
-    from bionemo.cli.settings import RunSettings
+    from bionemo.recipes.settings import RunSettings
 
     shown = runner.invoke(app, ["recipes", "show", "esm2-demo"])
     path = tmp_path / "settings.json"
@@ -173,7 +173,7 @@ def test_bad_input_exits_2_with_a_clear_message_and_no_output(tmp_path, index, m
 
 
 def test_truncate_lets_long_sequences_through_validation(tmp_path):
-    from bionemo.cli.esm2.readers import read_sequences
+    from bionemo.esm2.readers import read_sequences
 
     path = write(tmp_path / "long.fasta", f">big\n{'A' * 200}\n")
     (record,) = read_sequences(path, max_length=128, truncate=True)
@@ -188,11 +188,11 @@ def test_bundled_checkpoint_ships_with_the_package():
 def test_recipes_from_another_package_are_found_through_entry_points(monkeypatch):
     from importlib.metadata import EntryPoint
 
-    import bionemo.cli.recipe as recipe_module
+    import bionemo.recipes.registry as recipe_module
 
-    extra = EntryPoint(name="my-model", value="bionemo.cli.esm2.recipe:gpu", group=recipe_module.ENTRY_POINT_GROUP)
+    extra = EntryPoint(name="my-model", value="bionemo.esm2.recipes:gpu", group=recipe_module.ENTRY_POINT_GROUP)
     monkeypatch.setattr(recipe_module, "entry_points", lambda group: [extra] if group == extra.group else [])
-    assert recipe_module.available_recipes()["my-model"] == "bionemo.cli.esm2.recipe:gpu"
+    assert recipe_module.available_recipes()["my-model"] == "bionemo.esm2.recipes:gpu"
     assert recipe_module.load_recipe("my-model").name == "esm2-gpu"
     listed = runner.invoke(app, ["recipes", "list"])
     assert "my-model" in listed.output

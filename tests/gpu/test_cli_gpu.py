@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from bionemo.cli.esm2.weights import read_metadata
-from bionemo.cli.outputs import read_predictions
+from bionemo.esm2.weights import read_metadata
+from bionemo.recipes.outputs import read_predictions
 
 LAYOUTS = [
     pytest.param([], id="1gpu", marks=pytest.mark.gpu),

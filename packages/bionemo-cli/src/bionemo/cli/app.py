@@ -25,6 +25,8 @@ _DISTRIBUTIONS = (
     "bionemo-losses",
     "bionemo-callbacks",
     "bionemo-lightning",
+    "bionemo-recipes",
+    "bionemo-esm2",
     "bionemo-cli",
 )
 
@@ -68,11 +70,13 @@ def packages() -> None:
         typer.echo(f"{name:20} {ver}")
 
 
+from bionemo.cli.convert import convert_app  # noqa: E402
 from bionemo.cli.recipes_cmd import recipes_app  # noqa: E402
 from bionemo.cli.run import run_app  # noqa: E402
 
 app.add_typer(run_app, name="run")
 app.add_typer(recipes_app, name="recipes")
+app.add_typer(convert_app, name="convert")
 
 
 def main() -> None:

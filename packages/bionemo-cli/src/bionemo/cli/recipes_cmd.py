@@ -16,7 +16,10 @@ def list_recipes() -> None:
     from rich.console import Console
     from rich.table import Table
 
-    from bionemo.cli.recipe import available_recipes, load_recipe
+    from bionemo.cli.defaults import register_default_recipes
+    from bionemo.recipes.registry import available_recipes, load_recipe
+
+    register_default_recipes()
 
     table = Table("recipe", "description", "provided by")
     for name, target in sorted(available_recipes().items()):
@@ -27,8 +30,11 @@ def list_recipes() -> None:
 @recipes_app.command("show")
 def show_recipe(name: Annotated[str, typer.Argument(help="Recipe name.")]) -> None:
     """Print a recipe's full default settings as JSON; save it, edit it and pass it as --config."""
-    from bionemo.cli.recipe import load_recipe
-    from bionemo.cli.settings import RunSettings
+    from bionemo.cli.defaults import register_default_recipes
+    from bionemo.recipes.registry import load_recipe
+    from bionemo.recipes.settings import RunSettings
+
+    register_default_recipes()
 
     try:
         recipe = load_recipe(name)

@@ -5,7 +5,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bionemo.cli.choices import Accelerator, Include, Precision, StrategyChoice, WriteIntervalChoice
+from bionemo.recipes.choices import Accelerator, Include, Precision, StrategyChoice, WriteIntervalChoice
 
 __all__ = ["run_app"]
 
@@ -19,7 +19,13 @@ ConfigOpt = Annotated[
 ]
 DataOpt = Annotated[Path | None, typer.Option("--data", help="FASTA (.fasta/.fa/.faa) or CSV (id,sequence) file.")]
 OutOpt = Annotated[Path | None, typer.Option("--output-dir", help="Where results go.")]
-CkptOpt = Annotated[Path | None, typer.Option("--checkpoint", help="Model weights (.safetensors) to predict with.")]
+CkptOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--checkpoint",
+        help="Model weights: a Hugging Face ESM-2 folder or a bionemo .safetensors file (train: start from them).",
+    ),
+]
 DevicesOpt = Annotated[int | None, typer.Option("--devices", min=1, help="Devices per node. Default: 1.")]
 NodesOpt = Annotated[
     int | None, typer.Option("--num-nodes", min=1, help="Nodes (torchrun / SLURM launch). Default: 1.")
@@ -54,10 +60,12 @@ def _run(command: str, file: Path | None, overrides: dict[str, Any]) -> None:
 
     prepare_megatron_import()  # before anything imports megatron-core
 
-    from bionemo.cli.recipe import load_recipe
-    from bionemo.cli.settings import RunSettings, SettingsError
+    from bionemo.cli.defaults import register_default_recipes
     from bionemo.cli.summary import print_summary
+    from bionemo.recipes.registry import load_recipe
+    from bionemo.recipes.settings import RunSettings, SettingsError
 
+    register_default_recipes()
     try:
         settings = RunSettings.resolve(file, overrides)
         try:

@@ -6,8 +6,8 @@ insertions/deletions, so residues are predictable from the rest of the sequence 
 
 import random
 
-from bionemo.cli.esm2.readers import SequenceRecord
-from bionemo.cli.esm2.tokenizer import AMINO_ACIDS
+from bionemo.esm2.readers import SequenceRecord
+from bionemo.esm2.tokenizer import AMINO_ACIDS
 
 __all__ = ["demo_families", "write_fasta"]
 

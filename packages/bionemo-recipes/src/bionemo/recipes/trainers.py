@@ -4,7 +4,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from bionemo.cli.settings import Accelerator, Precision, RunSettings, SettingsError, StrategyChoice
+from bionemo.recipes.settings import Accelerator, Precision, RunSettings, SettingsError, StrategyChoice
 
 __all__ = ["build_trainer", "check_hardware", "check_output_dir", "is_launching_rank", "uses_megatron"]
 
@@ -129,7 +129,7 @@ def build_trainer(
         )
     import lightning.pytorch as pl
 
-    from bionemo.cli.safe_checkpoint_io import SafeCheckpointIO
+    from bionemo.recipes.safe_checkpoint_io import SafeCheckpointIO
 
     world = settings.devices * settings.num_nodes
     return pl.Trainer(

@@ -9,8 +9,8 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
-from bionemo.cli.settings import RunSettings
-from bionemo.cli.trainers import uses_megatron
+from bionemo.recipes.settings import RunSettings
+from bionemo.recipes.trainers import uses_megatron
 
 __all__ = ["StepCheckpoint", "checkpoint_callback", "resume_checkpoint"]
 

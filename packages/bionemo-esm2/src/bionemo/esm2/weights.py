@@ -1,6 +1,11 @@
-"""Model weights as safetensors (no pickle), with the model config in the file's metadata."""
+"""Model weights as safetensors (no pickle), with the model config in the file's metadata.
+
+Files hold whole (unsharded) tensors with exactly ``vocab_size`` vocabulary rows: the padding megatron's
+vocab-parallel layers need depends on the tensor-parallel size and is added when weights are applied.
+"""
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -8,9 +13,51 @@ import torch
 from safetensors import safe_open
 
 from bionemo.callbacks import save_safetensors_atomically
-from bionemo.cli.settings import SettingsError
+from bionemo.recipes.settings import SettingsError
 
-__all__ = ["apply_weights", "full_state_dict", "read_metadata", "read_weights", "save_weights"]
+__all__ = [
+    "VOCAB_ROWS",
+    "apply_weights",
+    "expected_shapes",
+    "full_state_dict",
+    "read_metadata",
+    "read_weights",
+    "save_weights",
+    "unpadded",
+]
+
+VOCAB_ROWS = ("embedding.word_embeddings.weight", "output_layer.bias")
+"""Tensors with one row per vocabulary entry (padded inside the model, exactly ``vocab_size`` rows in files)."""
+
+
+def expected_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every tensor of a whole ESM-2 model with ``model`` settings (vocabulary unpadded)."""
+    h, f, v = model["hidden_size"], model["ffn_hidden_size"], model.get("vocab_size", 33)
+    shapes: dict[str, tuple[int, ...]] = {"embedding.word_embeddings.weight": (v, h)}
+    for i in range(model["num_layers"]):
+        layer = f"decoder.layers.{i}."
+        for norm in ("input_layernorm", "pre_mlp_layernorm"):
+            shapes[f"{layer}{norm}.weight"] = shapes[f"{layer}{norm}.bias"] = (h,)
+        shapes[f"{layer}self_attention.linear_qkv.weight"], shapes[f"{layer}self_attention.linear_qkv.bias"] = (
+            (3 * h, h),
+            (3 * h,),
+        )
+        shapes[f"{layer}self_attention.linear_proj.weight"], shapes[f"{layer}self_attention.linear_proj.bias"] = (
+            (h, h),
+            (h,),
+        )
+        shapes[f"{layer}mlp.linear_fc1.weight"], shapes[f"{layer}mlp.linear_fc1.bias"] = (f, h), (f,)
+        shapes[f"{layer}mlp.linear_fc2.weight"], shapes[f"{layer}mlp.linear_fc2.bias"] = (h, f), (h,)
+    for norm in ("decoder.final_layernorm", "lm_head.layer_norm"):
+        shapes[f"{norm}.weight"] = shapes[f"{norm}.bias"] = (h,)
+    shapes["lm_head.dense.weight"], shapes["lm_head.dense.bias"] = (h, h), (h,)
+    shapes["output_layer.bias"] = (v,)
+    return shapes
+
+
+def unpadded(tensors: Mapping[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
+    """``tensors`` with the vocabulary rows cut back to ``vocab_size`` (what files hold)."""
+    return {name: value[:vocab_size] if name in VOCAB_ROWS else value for name, value in tensors.items()}
 
 
 def _tensor_parallel() -> tuple[int, int, Any]:
@@ -52,9 +99,15 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return full
 
 
-def save_weights(tensors: dict[str, torch.Tensor], path: Path, metadata: dict[str, Any]) -> None:
-    """Write full (see :func:`full_state_dict`) model tensors and JSON ``metadata`` atomically."""
-    save_safetensors_atomically(tensors, path, {key: json.dumps(value) for key, value in metadata.items()})
+def save_weights(tensors: Mapping[str, torch.Tensor], path: Path, metadata: Mapping[str, Any]) -> None:
+    """Write full (see :func:`full_state_dict`) model tensors and JSON ``metadata`` atomically.
+
+    Vocabulary rows are cut to ``metadata["model"]["vocab_size"]`` (default 33).
+    """
+    vocab = metadata.get("model", {}).get("vocab_size", 33)
+    save_safetensors_atomically(
+        unpadded(tensors, vocab), path, {key: json.dumps(value) for key, value in metadata.items()}
+    )
 
 
 def read_metadata(path: Path) -> dict[str, Any]:
@@ -85,6 +138,8 @@ def read_weights(path: Path) -> dict[str, torch.Tensor]:
 def apply_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
     """Copy full (unsharded) ``tensors`` into ``model``, slicing tensor-parallel parameters for this rank.
 
+    Vocabulary rows (:data:`VOCAB_ROWS`) shorter than the model's padded table are padded with zeros.
+
     Raises:
         ValueError: A model parameter is missing from the file or has an incompatible shape.
     """
@@ -100,6 +155,9 @@ def apply_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> N
                 continue
             source = tensors[name]
             param = params.get(name)
+            if name in VOCAB_ROWS and source.shape[0] < tp_size * target.shape[0]:
+                padding = source.new_zeros((tp_size * target.shape[0] - source.shape[0], *source.shape[1:]))
+                source = torch.cat([source, padding])
             if param is not None and getattr(param, "tensor_model_parallel", False) and tp_size > 1:
                 source = source.chunk(tp_size, dim=getattr(param, "partition_dim", 0))[tp_rank]
             if source.shape != target.shape:

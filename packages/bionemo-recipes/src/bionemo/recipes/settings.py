@@ -6,7 +6,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from bionemo.cli.choices import (
+from bionemo.recipes.choices import (
     Accelerator,
     Include,
     Precision,

@@ -1,4 +1,4 @@
-"""Recipes: named model + data + defaults, found through the ``bionemo.recipes`` entry-point group.
+"""The recipe contract and registry: named model + data + defaults, found through the ``bionemo.recipes`` entry points.
 
 Another installed package adds recipes by declaring, in its ``pyproject.toml``::
 
@@ -13,13 +13,21 @@ from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
 
-__all__ = ["ENTRY_POINT_GROUP", "Recipe", "available_recipes", "load_recipe"]
+__all__ = ["ENTRY_POINT_GROUP", "Recipe", "available_recipes", "load_recipe", "register_fallback_recipes"]
 
 ENTRY_POINT_GROUP = "bionemo.recipes"
 
-BUILTIN_RECIPES = {"esm2-demo": "bionemo.cli.esm2.recipe:demo", "esm2-gpu": "bionemo.cli.esm2.recipe:gpu"}
-"""The recipes shipped with bionemo-cli (also declared as entry points; listed here so they are found when the
-sources run without installed metadata, e.g. from PYTHONPATH)."""
+_FALLBACK: dict[str, str] = {}
+"""Recipes registered with :func:`register_fallback_recipes`: found when sources run without installed metadata
+(e.g. from PYTHONPATH), where entry points are missing."""
+
+
+def register_fallback_recipes(targets: Mapping[str, str]) -> None:
+    """Make ``name -> "module:attribute"`` recipes findable without installed entry-point metadata.
+
+    Installed entry points with the same name take precedence.
+    """
+    _FALLBACK.update(targets)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -44,7 +52,7 @@ class Recipe:
 
 def available_recipes() -> dict[str, str]:
     """Recipe names and their ``module:attribute`` targets (nothing is imported)."""
-    return {**BUILTIN_RECIPES, **{ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}}
+    return {**_FALLBACK, **{ep.name: ep.value for ep in entry_points(group=ENTRY_POINT_GROUP)}}
 
 
 def load_recipe(name: str) -> Recipe:

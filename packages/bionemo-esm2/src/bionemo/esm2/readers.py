@@ -4,7 +4,7 @@ import csv
 from dataclasses import dataclass
 from pathlib import Path
 
-from bionemo.cli.esm2.tokenizer import ProteinTokenizer
+from bionemo.esm2.tokenizer import ProteinTokenizer
 
 __all__ = ["InputError", "SequenceRecord", "read_sequences"]
 

@@ -1,1 +1,0 @@
-"""The built-in recipe: a small ESM-2-style protein masked language model."""

@@ -1,0 +1,72 @@
+"""What ``train`` and ``predict`` share: the model config, the datamodule and checkpoint checks."""
+
+import functools
+from pathlib import Path
+from typing import Any
+
+from bionemo.esm2.recipes import value
+from bionemo.recipes.settings import Precision, RunSettings, SettingsError
+
+__all__ = ["checked_checkpoint", "datamodule", "model_config"]
+
+
+def model_config(model: dict[str, Any], settings: RunSettings):
+    """The ``ESM2Config`` of ``model`` settings under this run's parallel layout and precision.
+
+    Parameters are bf16 under MegatronStrategy with bf16 precision; Lightning's strategies keep fp32 parameters
+    and autocast.
+    """
+    import torch
+
+    from bionemo.esm2.model import ESM2Config
+    from bionemo.recipes.trainers import uses_megatron
+
+    bf16 = settings.precision == Precision.BF16 and uses_megatron(settings)
+    return ESM2Config(
+        tensor_model_parallel_size=settings.tensor_parallel,
+        pipeline_model_parallel_size=settings.pipeline_parallel,
+        context_parallel_size=settings.context_parallel,
+        use_cpu_initialization=not torch.cuda.is_available(),
+        bf16=bf16,
+        params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        **model,
+    )
+
+
+def datamodule(
+    settings: RunSettings,
+    defaults: dict[str, Any],
+    predicting: bool = False,
+    *,
+    loader: dict[str, Any] | None = None,
+    **datasets: Any,
+):
+    """The recipe's MegatronDataModule; ``loader`` passes DataLoader options (``num_workers``, ``pin_memory``)."""
+    from bionemo.esm2.data import collate_proteins
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+    from bionemo.lightning import MegatronDataModule
+
+    micro = value(settings, defaults, "micro_batch_size")
+    global_batch = settings.global_batch_size or (
+        micro * settings.data_parallel_size()
+        if predicting
+        else max(defaults["global_batch_size"], micro * settings.data_parallel_size())
+    )
+    return MegatronDataModule(
+        micro_batch_size=micro,
+        global_batch_size=global_batch,
+        seq_length=defaults["model"]["seq_length"],
+        collate_fn=functools.partial(collate_proteins, pad_id=ProteinTokenizer().pad_id),
+        **(loader or {}),
+        **datasets,
+    )
+
+
+def checked_checkpoint(path: Path):
+    """:func:`bionemo.esm2.checkpoint.load_checkpoint` with its errors as ``--checkpoint`` settings errors."""
+    from bionemo.esm2.checkpoint import CheckpointError, load_checkpoint
+
+    try:
+        return load_checkpoint(path)
+    except CheckpointError as error:
+        raise SettingsError(str(error), "--checkpoint") from None

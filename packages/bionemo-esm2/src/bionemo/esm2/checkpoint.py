@@ -1,0 +1,91 @@
+"""Model checkpoints a user passes with ``--checkpoint``: a Hugging Face ESM-2 folder or a bionemo safetensors file.
+
+Everything is read and checked here, on the host, before any process group starts: unreadable files, missing
+tensors, shapes that disagree with the config and NaN/Inf values each raise a :class:`CheckpointError` that
+names the file and the tensor.
+"""
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bionemo.esm2.hf import CheckpointError, is_hf_folder, load_hf_checkpoint
+from bionemo.esm2.weights import expected_shapes, read_metadata, read_weights
+
+__all__ = ["CheckpointError", "LoadedCheckpoint", "check_tensors", "load_checkpoint"]
+
+_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LoadedCheckpoint:
+    """Whole model tensors (vocabulary unpadded), the model settings and what was noted while reading."""
+
+    path: Path
+    """The file or folder given."""
+    tensors: dict[str, torch.Tensor]
+    """bionemo tensor names (see ``bionemo.esm2.weights.expected_shapes``), float32 or as stored, on CPU."""
+    model: dict[str, Any]
+    """``ESM2Config`` settings: shape, ``seq_length``, ``token_dropout``, layer-norm epsilon, dropout."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The bionemo file's metadata (recipe, training steps, validation perplexity); empty for Hugging Face."""
+    notes: list[str] = field(default_factory=list)
+    """One-line notes, e.g. Hugging Face tensors that are not model weights here (contact head)."""
+    source: str = "bionemo"
+    """``"bionemo"`` or ``"huggingface"``."""
+
+
+def check_tensors(tensors: dict[str, torch.Tensor], model: dict[str, Any], where: str) -> None:
+    """Every tensor the model needs is there, with the shape ``model`` implies, and finite.
+
+    Raises:
+        CheckpointError: Naming the missing tensors, or the tensor, its shape and the expected one, or the
+            tensor holding NaN/Inf.
+    """
+    expected = expected_shapes(model)
+    missing = [name for name in expected if name not in tensors]
+    if missing:
+        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
+        raise CheckpointError(f"{where} lacks {len(missing)} model tensor(s): {shown}")
+    for name, shape in expected.items():
+        found = tuple(tensors[name].shape)
+        if found != shape:
+            raise CheckpointError(
+                f"{where}: tensor {name} has shape {found}, but the model config "
+                f"({', '.join(f'{k}={model[k]}' for k in _MODEL_KEYS if k in model)}) needs {shape}"
+            )
+        if tensors[name].is_floating_point() and not bool(torch.isfinite(tensors[name]).all()):
+            raise CheckpointError(f"{where}: tensor {name} holds NaN or Inf values; the file is damaged")
+
+
+def load_checkpoint(path: Path) -> LoadedCheckpoint:
+    """Read and check ``path``: a Hugging Face ESM-2 folder or a bionemo ``.safetensors`` file.
+
+    Raises:
+        CheckpointError: A missing path, an unusable folder or file (see :func:`check_tensors` and
+            ``bionemo.esm2.hf``), or a bionemo file without its model config.
+    """
+    if not path.exists():
+        raise CheckpointError(
+            f"checkpoint {path} does not exist; give a Hugging Face ESM-2 folder (config.json + model.safetensors "
+            "or pytorch_model.bin) or a bionemo model.safetensors"
+        )
+    if is_hf_folder(path):
+        tensors, model, notes = load_hf_checkpoint(path, 33)  # vocabulary padding comes when applied
+        check_tensors(tensors, model, f"Hugging Face checkpoint {path}")
+        return LoadedCheckpoint(path=path, tensors=tensors, model=model, notes=notes, source="huggingface")
+    try:
+        metadata = read_metadata(path)
+    except Exception as error:  # SettingsError from the reader: re-raise as this module's error
+        raise CheckpointError(str(error)) from None
+    if "model" not in metadata:
+        raise CheckpointError(f"checkpoint {path} has no model config in its metadata; was it written by bionemo?")
+    try:
+        tensors = read_weights(path)
+    except Exception as error:
+        raise CheckpointError(f"checkpoint {path} cannot be read (truncated or corrupted?): {error}") from None
+    model = {"vocab_size": metadata.get("vocab_size", 33), **metadata["model"]}
+    check_tensors(tensors, model, f"checkpoint {path}")
+    return LoadedCheckpoint(path=path, tensors=tensors, model=dict(metadata["model"]), metadata=metadata)

@@ -1,0 +1,134 @@
+"""Masked-language-model datasets and batching for protein sequences."""
+
+import zlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from bionemo.esm2.readers import SequenceRecord
+from bionemo.esm2.tokenizer import ProteinTokenizer
+
+__all__ = ["MaskedProteinDataset", "PredictionDataset", "collate_proteins", "data_step", "mask_tokens"]
+
+
+class MaskedProteinDataset(Dataset):
+    """BERT-style masked sequences: 15% of residues chosen; of those 80% ``<mask>``, 10% random, 10% kept.
+
+    With ``length`` larger than the number of records, item ``k`` is record ``k % n`` with masking drawn for
+    ``k``: passes over the data see fresh masks (training). The masking of item ``k`` depends only on
+    ``(seed, k)``, so every rank and every resumed run sees the same inputs. Each item: ``tokens``,
+    ``labels`` (-100 where not chosen), ``loss_mask`` and ``sample_index`` (the record's position).
+    """
+
+    def __init__(
+        self,
+        records: Sequence[SequenceRecord],
+        tokenizer: ProteinTokenizer,
+        mask_prob: float = 0.15,
+        seed: int = 0,
+        length: int | None = None,
+    ) -> None:
+        self.records = list(records)
+        self.tokenizer = tokenizer
+        self.mask_prob = mask_prob
+        self.seed = seed
+        self.length = len(self.records) if length is None else length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        index = item % len(self.records)
+        ids = self.tokenizer.encode(self.records[index].sequence)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + item)
+        tokens, labels = mask_tokens(ids, self.tokenizer, self.mask_prob, gen)
+        return {
+            "tokens": tokens,
+            "labels": labels,
+            "loss_mask": (labels >= 0).float(),
+            "sample_index": torch.tensor(index),
+        }
+
+
+class PredictionDataset(Dataset):
+    """Sequences to predict: the unmasked ``tokens`` and a masked copy for the masked-token perplexity estimate.
+
+    Embeddings and logits come from ``tokens`` (the sequence as given). ``masked_tokens`` / ``labels`` are
+    masked as in training (15% of residues), with the mask drawn from a seed computed from the sequence itself:
+    the same sequence gets the same mask in any row, batch, run or number of devices.
+    """
+
+    def __init__(self, records: Sequence[SequenceRecord], tokenizer: ProteinTokenizer, mask_prob: float = 0.15) -> None:
+        self.records = list(records)
+        self.tokenizer = tokenizer
+        self.mask_prob = mask_prob
+
+    def __len__(self) -> int:
+        return len(self.records)
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        sequence = self.records[item].sequence
+        ids = self.tokenizer.encode(sequence)
+        gen = torch.Generator().manual_seed(zlib.crc32(sequence.upper().encode("ascii")))
+        masked, labels = mask_tokens(ids, self.tokenizer, self.mask_prob, gen)
+        return {"tokens": ids, "masked_tokens": masked, "labels": labels, "sample_index": torch.tensor(item)}
+
+
+def mask_tokens(
+    ids: torch.Tensor, tokenizer: ProteinTokenizer, mask_prob: float, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT-style masking of ``<cls> residues <eos>`` ids: ``(tokens, labels)``, labels -100 where not chosen.
+
+    ``mask_prob`` of the residues are chosen (at least one); of those 80% become ``<mask>``, 10% a random
+    standard amino acid and 10% stay.
+    """
+    residue = torch.zeros_like(ids, dtype=torch.bool)
+    residue[1:-1] = True
+    chosen = (torch.rand(ids.shape, generator=generator) < mask_prob) & residue
+    if not chosen.any():  # every sequence contributes at least one prediction
+        chosen[1 + int(torch.randint(len(ids) - 2, (1,), generator=generator))] = True
+    action = torch.rand(ids.shape, generator=generator)
+    random_residues = tokenizer.residue_ids[torch.randint(len(tokenizer.residue_ids), ids.shape, generator=generator)]
+    tokens = torch.where(chosen & (action < 0.8), torch.full_like(ids, tokenizer.mask_id), ids)
+    tokens = torch.where(chosen & (action >= 0.8) & (action < 0.9), random_residues, tokens)
+    return tokens, torch.where(chosen, ids, torch.full_like(ids, -100))
+
+
+_PAD_VALUES = {"labels": -100, "loss_mask": 0}
+
+
+def collate_proteins(items: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
+    """Right-pad items into ``[b, s]`` tensors plus an ``attention_mask`` (True on real tokens).
+
+    Token tensors are padded with ``pad_id``, ``labels`` with -100, ``loss_mask`` with 0; scalars are stacked.
+    """
+    length = max(item["tokens"].shape[0] for item in items)
+    batch: dict[str, torch.Tensor] = {}
+    for key, first in items[0].items():
+        if first.dim() == 0:
+            batch[key] = torch.stack([item[key] for item in items])
+            continue
+        padded = torch.full((len(items), length), _PAD_VALUES.get(key, pad_id), dtype=first.dtype)
+        for row, item in enumerate(items):
+            padded[row, : item[key].shape[0]] = item[key]
+        batch[key] = padded
+    batch["attention_mask"] = torch.zeros(len(items), length, dtype=torch.bool)
+    for row, item in enumerate(items):
+        batch["attention_mask"][row, : item["tokens"].shape[0]] = True
+    return batch
+
+
+def data_step(dataloader_iter: Iterator[dict[str, torch.Tensor]]) -> dict[str, Any]:
+    """Move one micro-batch to the compute device; ``attention_mask`` becomes None when nothing is padded.
+
+    Checked on the host, before the copy: torch's flash attention kernel takes no mask, so full-length
+    batches run on it.
+    """
+    batch = next(dataloader_iter)
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    padded = not bool(batch["attention_mask"].all())
+    moved: dict[str, Any] = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+    moved["padding"] = moved["attention_mask"] if padded else None
+    return moved

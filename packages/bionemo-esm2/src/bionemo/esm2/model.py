@@ -1,0 +1,276 @@
+"""ESM-2 on megatron-core, computing what Hugging Face transformers' ``EsmForMaskedLM`` computes.
+
+The math, layer by layer (``modeling_esm.py`` of transformers 4.57.6 is the reference the tests compare with):
+
+- Embedding: word embeddings only (positions come from rotary embeddings). With ``token_dropout`` the rows of
+  ``<mask>`` tokens are zeroed and every sequence is scaled by ``(1 - 0.15 * 0.8) / (1 - its <mask> ratio)``,
+  in training and in evaluation alike; then multiplied by the attention mask (padding rows are zero).
+- Pre-LayerNorm transformer layers (megatron-core's local layer spec with torch SDPA attention): rotary
+  embeddings over the whole head dimension, non-interleaved halves, base 10000; softmax scale
+  ``1 / sqrt(head_dim)``; exact (erf) GELU in the MLP; dropout as configured.
+- ``emb_layer_norm_after`` = megatron's final LayerNorm of the transformer block.
+- LM head: dense -> exact GELU -> LayerNorm -> projection onto the (tied) word embeddings + its own bias.
+
+The vocabulary (33 tokens) is padded inside the model to a multiple of ``8 x tensor parallel`` rows for
+megatron's vocab-parallel layers; the padded logit columns are filled with a large negative number so that
+softmax and cross-entropy see exactly the 33 real tokens, and :func:`vocab_logits` cuts them away.
+"""
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from megatron.core import parallel_state, tensor_parallel
+from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding
+from megatron.core.models.common.language_module.language_module import LanguageModule
+from megatron.core.transformer.enums import AttnMaskType, ModelType
+from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_block import TransformerBlock
+from megatron.core.transformer.transformer_config import TransformerConfig
+
+from bionemo.core import BionemoTrainableModelConfig
+from bionemo.lightning import install_compiled_rope, sdpa_layer_spec
+from bionemo.losses import MaskedTokenLossReduction
+
+__all__ = ["MASK_RATIO_TRAIN", "ESM2Config", "ESM2Model", "padded_vocab_size", "vocab_logits"]
+
+MASK_RATIO_TRAIN = 0.15 * 0.8
+"""The share of ``<mask>`` tokens ESM-2 was trained with (15% chosen, 80% of those masked): token dropout's scale."""
+
+
+def padded_vocab_size(vocab_size: int, tensor_parallel_size: int = 1) -> int:
+    """Embedding / output rows: ``vocab_size`` rounded up to a multiple of ``8 * tensor_parallel_size``."""
+    multiple = 8 * tensor_parallel_size
+    return math.ceil(vocab_size / multiple) * multiple
+
+
+@dataclass
+class ESM2Config(TransformerConfig, BionemoTrainableModelConfig["ESM2Model", MaskedTokenLossReduction]):
+    """An ESM-2 model: megatron ``TransformerConfig`` fields plus the ESM-specific ones below.
+
+    Defaults are ESM-2 8M's shape; ``bionemo.esm2.catalog.ESM2_SHAPES`` has the whole family.
+    """
+
+    vocab_size: int = 33
+    """Token ids (ESM-2's 33-token vocabulary); padded inside the model, never in its outputs."""
+    seq_length: int = 1026
+    """Most tokens per sequence, ``<cls>`` and ``<eos>`` included (Hugging Face's ``max_position_embeddings``)."""
+    num_layers: int = 6
+    hidden_size: int = 320
+    num_attention_heads: int = 20
+    ffn_hidden_size: int = 1280
+    layernorm_epsilon: float = 1e-5
+    hidden_dropout: float = 0.0
+    attention_dropout: float = 0.0
+    token_dropout: bool = True
+    """ESM-2's token dropout: zero ``<mask>`` embeddings and rescale by the observed mask ratio."""
+    mask_token_id: int = 32
+    """Id of ``<mask>`` (token dropout looks for it)."""
+    rotary_base: float = 10000.0
+    """Base of the rotary embeddings' frequencies."""
+    compile_rope: bool = False
+    """Compile megatron's unfused RoPE into fused kernels (``install_compiled_rope``; a GPU speed-up)."""
+    masked_softmax_fusion: bool = False
+    bias_activation_fusion: bool = False
+    bias_dropout_fusion: bool = False
+    gradient_accumulation_fusion: bool = False
+    apply_rope_fusion: bool = False
+    use_cpu_initialization: bool = True
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.bias_activation_fusion:
+            raise ValueError(
+                "bias_activation_fusion=True: megatron's fused bias-GELU is the tanh approximation and ESM-2 uses "
+                "the exact (erf) GELU; valid: False"
+            )
+        if self.activation_func is not F.gelu or self.gated_linear_unit:
+            raise ValueError("ESM-2's MLP is dense -> exact GELU -> dense; activation_func must be F.gelu, no GLU")
+        if self.apply_rope_fusion or self.rotary_interleaved:
+            raise ValueError("ESM-2's rotary embeddings are non-interleaved and unfused; use compile_rope instead")
+
+    @property
+    def padded_vocab_size(self) -> int:
+        """Embedding rows: the vocabulary rounded up to a multiple of 8 times the tensor-parallel size."""
+        return padded_vocab_size(self.vocab_size, self.tensor_model_parallel_size)
+
+    def configure_model(self, *args: Any, **kwargs: Any) -> "ESM2Model":
+        """Build the model for this rank's pipeline stage."""
+        if self.compile_rope:
+            install_compiled_rope()
+        return ESM2Model(
+            self,
+            pre_process=parallel_state.is_pipeline_first_stage(),
+            post_process=parallel_state.is_pipeline_last_stage(),
+        )
+
+    def get_loss_reduction_class(self) -> type[MaskedTokenLossReduction]:
+        """Masked-token cross-entropy."""
+        return MaskedTokenLossReduction
+
+
+class ESM2Embedding(LanguageModelEmbedding):
+    """Word embeddings with ESM-2's token dropout and attention-mask zeroing; returns ``[s, b, h]``."""
+
+    def __init__(self, config: ESM2Config, vocab_size: int) -> None:
+        super().__init__(
+            config=config,
+            vocab_size=vocab_size,
+            max_sequence_length=config.seq_length,
+            position_embedding_type="none",
+        )
+        self.token_dropout = config.token_dropout
+        self.mask_token_id = config.mask_token_id
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:  # type: ignore[override]
+        """``input_ids [b, s]``, ``attention_mask [b, s]`` (True on real tokens, or None: no padding)."""
+        embeddings = self.word_embeddings(input_ids)  # [b, s, h]
+        if self.token_dropout:
+            is_mask = input_ids == self.mask_token_id
+            embeddings = embeddings.masked_fill(is_mask.unsqueeze(-1), 0.0)
+            lengths = attention_mask.sum(-1) if attention_mask is not None else input_ids.shape[1]
+            observed = is_mask.sum(-1).float() / lengths
+            embeddings = (embeddings * (1 - MASK_RATIO_TRAIN) / (1 - observed)[:, None, None]).to(embeddings.dtype)
+        if attention_mask is not None:
+            embeddings = (embeddings * attention_mask.unsqueeze(-1)).to(embeddings.dtype)
+        embeddings = embeddings.transpose(0, 1).contiguous()
+        if self.config.fp32_residual_connection:
+            embeddings = embeddings.float()
+        return self.embedding_dropout(embeddings)
+
+
+class ESM2RotaryEmbedding(torch.nn.Module):
+    """Rotary frequencies ``[s, 1, 1, head_dim]`` (non-interleaved) for megatron's RoPE, on any device.
+
+    megatron-core 0.15.3's ``RotaryEmbedding`` moves its frequencies to ``torch.cuda.current_device()`` on every
+    first call; this one computes them in fp32 on the device of the hidden states, CPU included.
+    """
+
+    def __init__(self, head_dim: int, base: float) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.base = base
+        self._cached: tuple[tuple[int, torch.device], torch.Tensor] | None = None
+
+    def forward(self, seq_len: int, device: torch.device) -> torch.Tensor:
+        """Angles ``position * inv_freq`` for positions ``0 .. seq_len - 1``, both halves."""
+        key = (seq_len, device)
+        if self._cached is None or self._cached[0] != key:
+            exponents = torch.arange(0, self.head_dim, 2, dtype=torch.int64, device=device).float() / self.head_dim
+            inv_freq = 1.0 / (self.base**exponents)
+            freqs = torch.outer(torch.arange(seq_len, device=device, dtype=torch.float32), inv_freq)
+            self._cached = (key, torch.cat((freqs, freqs), dim=-1)[:, None, None, :])
+        return self._cached[1]
+
+
+class ESM2LMHead(MegatronModule):
+    """``dense -> GELU -> LayerNorm`` before the projection onto the vocabulary (replicated across TP ranks)."""
+
+    def __init__(self, config: ESM2Config) -> None:
+        super().__init__(config=config)
+        device = "cpu" if config.use_cpu_initialization else torch.cuda.current_device()
+        h = config.hidden_size
+        self.dense = torch.nn.Linear(h, h, device=device, dtype=config.params_dtype)
+        self.layer_norm = torch.nn.LayerNorm(h, eps=config.layernorm_epsilon, device=device, dtype=config.params_dtype)
+        if config.perform_initialization:
+            config.init_method(self.dense.weight)
+            torch.nn.init.zeros_(self.dense.bias)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """``[s, b, h] -> [s, b, h]``."""
+        return self.layer_norm(F.gelu(self.dense(hidden)))
+
+
+class ESM2Model(LanguageModule):
+    """ESM-2 masked language model on megatron-core (tensor and pipeline parallel).
+
+    ``forward(input_ids [b, s], attention_mask [b, s] | None)`` returns logits ``[s, b, v_local]``: sequence
+    first, the vocabulary split over tensor-parallel ranks and padded (see :func:`vocab_logits`). With
+    ``output_hidden=True`` it returns ``(logits, hidden [s, b, h])``, the hidden states after the final
+    LayerNorm (Hugging Face's ``last_hidden_state``). Stages before the last return the hidden states.
+    ``transformer_layer_spec`` defaults to megatron's local layer spec with torch SDPA attention (padding mask).
+    """
+
+    def __init__(
+        self,
+        config: ESM2Config,
+        pre_process: bool = True,
+        post_process: bool = True,
+        parallel_output: bool = True,
+        transformer_layer_spec: ModuleSpec | None = None,
+    ) -> None:
+        super().__init__(config=config)
+        if config.sequence_parallel or config.context_parallel_size > 1:
+            raise ValueError("ESM2Model supports tensor and pipeline parallelism; sequence/context parallel: not yet")
+        self.config: ESM2Config = config
+        self.pre_process = pre_process
+        self.post_process = post_process
+        self.parallel_output = parallel_output
+        self.vocab_size = config.vocab_size
+        self.padded_vocab_size = config.padded_vocab_size
+        self.share_embeddings_and_output_weights = True
+        self.model_type = ModelType.encoder_or_decoder
+        if pre_process:
+            self.embedding = ESM2Embedding(config, self.padded_vocab_size)
+        self.rotary_pos_emb = ESM2RotaryEmbedding(config.kv_channels, config.rotary_base)
+        self.decoder = TransformerBlock(
+            config=config,
+            spec=sdpa_layer_spec(AttnMaskType.padding),
+            pre_process=pre_process,
+            post_process=post_process,
+        )
+        if post_process:
+            self.lm_head = ESM2LMHead(config)
+            self.output_layer = tensor_parallel.ColumnParallelLinear(
+                config.hidden_size,
+                self.padded_vocab_size,
+                config=config,
+                init_method=config.init_method,
+                bias=True,
+                skip_bias_add=False,
+                gather_output=not parallel_output,
+                skip_weight_param_allocation=pre_process,
+            )
+        if pre_process or post_process:
+            self.setup_embeddings_and_output_layer()
+
+    def set_input_tensor(self, input_tensor: torch.Tensor | list[torch.Tensor]) -> None:
+        """The previous pipeline stage's output (megatron's pipeline schedules call this)."""
+        if isinstance(input_tensor, list):
+            (input_tensor,) = input_tensor
+        self.decoder.set_input_tensor(input_tensor)
+
+    def forward(
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, output_hidden: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """See the class docstring; ``attention_mask`` is True on real tokens (None: no padding)."""
+        hidden = self.embedding(input_ids, attention_mask) if self.pre_process else None
+        padding_mask = None if attention_mask is None else ~attention_mask.bool()[:, None, None, :]
+        rotary = self.rotary_pos_emb(input_ids.shape[1], input_ids.device)
+        hidden = self.decoder(hidden_states=hidden, attention_mask=padding_mask, rotary_pos_emb=rotary)
+        if not self.post_process:
+            return hidden
+        logits, _ = self.output_layer(self.lm_head(hidden), weight=self.shared_embedding_or_output_weight())
+        logits = self._hide_vocab_padding(logits)
+        return (logits, hidden) if output_hidden else logits
+
+    def _hide_vocab_padding(self, logits: torch.Tensor) -> torch.Tensor:
+        if self.padded_vocab_size == self.vocab_size:
+            return logits
+        local = logits.shape[-1]
+        start = 0 if local == self.padded_vocab_size else parallel_state.get_tensor_model_parallel_rank() * local
+        padding = torch.arange(start, start + local, device=logits.device) >= self.vocab_size
+        return logits.masked_fill(padding, torch.finfo(logits.dtype).min / 2)
+
+
+def vocab_logits(logits: torch.Tensor, vocab_size: int = 33) -> torch.Tensor:
+    """Whole-vocabulary logits ``[s, b, vocab_size]`` from :class:`ESM2Model`'s ``[s, b, v_local]``.
+
+    Gathers the tensor-parallel slices (a collective: every rank of the group calls it) and drops the padding.
+    """
+    if parallel_state.model_parallel_is_initialized() and parallel_state.get_tensor_model_parallel_world_size() > 1:
+        logits = tensor_parallel.gather_from_tensor_model_parallel_region(logits)
+    return logits[..., :vocab_size]

@@ -1,0 +1,207 @@
+"""``bionemo run train`` for the ESM-2 recipes: from scratch, or from ``--checkpoint`` weights (HF or bionemo)."""
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+from bionemo.esm2._common import checked_checkpoint, datamodule, model_config
+from bionemo.esm2.recipes import value
+from bionemo.recipes.settings import Precision, RunSettings, SettingsError
+
+__all__ = ["train"]
+
+_SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
+
+
+def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> list[tuple[str, str]]:
+    """Train on ``--data`` (default: freshly generated demo families) and export ``model.safetensors``.
+
+    With ``--checkpoint`` training starts from those weights (continued pretraining / fine-tuning); the
+    checkpoint's shape must be the recipe's.
+    """
+    from bionemo.esm2.demo_data import demo_families, write_fasta
+    from bionemo.esm2.readers import InputError, read_sequences
+    from bionemo.recipes.trainers import check_hardware, check_output_dir, is_launching_rank
+
+    model = _checked_model({**defaults["model"], **(settings.model or {})})
+    start = None
+    if settings.checkpoint is not None:
+        start = checked_checkpoint(settings.checkpoint)
+        _check_same_shape(start.model, model, recipe, settings.checkpoint)
+        # the checkpoint's own settings (token dropout, epsilon, length) win over the recipe's
+        model = {**model, **{k: v for k, v in start.model.items() if k != "vocab_size"}}
+    defaults = {**defaults, "model": model}
+    out = settings.output_dir or Path("bionemo_runs") / recipe
+    check_hardware(settings)
+    max_residues = model["seq_length"] - 2
+    data = settings.data
+    if data is not None:
+        try:
+            records = read_sequences(data, max_residues, settings.truncate)
+        except InputError as error:
+            raise SettingsError(str(error), "--data") from None
+        if len(records) < 2:
+            raise SettingsError(f"{data} holds {len(records)} sequence; training needs at least 2", "--data")
+    check_output_dir(out)
+    if data is None:
+        data = out / "data" / "demo_train.fasta"
+        if is_launching_rank():
+            data.parent.mkdir(parents=True, exist_ok=True)
+            write_fasta(demo_families(seed=settings.seed)[0], data)
+        records = read_sequences(data, max_residues, settings.truncate)
+    return _fit(settings, defaults, recipe, records, out, start)
+
+
+def _fit(
+    settings: RunSettings, defaults: dict[str, Any], recipe: str, records: list, out: Path, start: Any
+) -> list[tuple[str, str]]:
+    import functools
+
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.callbacks import RichProgressBar
+    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    from megatron.core.optimizer import OptimizerConfig
+
+    from bionemo.callbacks import PerplexityLoggingCallback
+    from bionemo.esm2.data import MaskedProteinDataset, data_step
+    from bionemo.esm2.steps import forward_step
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+    from bionemo.esm2.weights import apply_weights, full_state_dict, save_weights
+    from bionemo.lightning import BionemoLightningModule
+    from bionemo.lightning._nemo import MegatronOptimizerModule
+    from bionemo.recipes.checkpoints import checkpoint_callback, resume_checkpoint
+    from bionemo.recipes.plots import plot_curves
+    from bionemo.recipes.trainers import build_trainer, uses_megatron
+
+    pl.seed_everything(settings.seed, workers=True, verbose=False)
+    tokenizer = ProteinTokenizer()
+    shuffled = list(records)
+    random.Random(settings.seed).shuffle(shuffled)
+    n_val = max(1, len(shuffled) // 10)
+    val, train_records = shuffled[:n_val], shuffled[n_val:]
+    megatron = uses_megatron(settings)
+    module = BionemoLightningModule(
+        model_config(defaults["model"], settings),
+        forward_step=forward_step,
+        data_step=data_step,
+        optimizer=MegatronOptimizerModule(
+            config=OptimizerConfig(
+                optimizer="adam",
+                lr=value(settings, defaults, "lr"),
+                weight_decay=0.01,
+                use_distributed_optimizer=megatron,
+                bf16=megatron and settings.precision == Precision.BF16,
+                clip_grad=1.0,
+            )
+        ),
+        model_transform=None if start is None else functools.partial(apply_weights, tensors=start.tensors),
+    )
+    max_steps = value(settings, defaults, "max_steps")
+    samples_per_step = value(settings, defaults, "micro_batch_size") * settings.data_parallel_size()
+    if megatron:
+        samples_per_step = max(samples_per_step, settings.global_batch_size or defaults["global_batch_size"])
+    data = datamodule(
+        settings,
+        defaults,
+        # one pass over this view is the whole run: fresh masks every time a sequence comes round again
+        train=MaskedProteinDataset(train_records, tokenizer, seed=settings.seed, length=max_steps * samples_per_step),
+        val=MaskedProteinDataset(val, tokenizer, seed=settings.seed + 1),
+    )
+    interval = min(value(settings, defaults, "val_check_interval"), max_steps)
+    checkpoints = out / "checkpoints"
+    trainer = build_trainer(
+        settings,
+        training=True,
+        callbacks=[
+            PerplexityLoggingCallback(log_train=True, log_val=True),
+            checkpoint_callback(settings, checkpoints, every_n_train_steps=interval),
+            RichProgressBar(leave=True),
+        ],
+        logger=[CSVLogger(out, name="logs", version=""), TensorBoardLogger(out, name="logs", version="")],
+        max_steps=max_steps,
+        val_check_interval=interval,
+        default_root_dir=out,
+    )
+    resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
+    baseline_file = out / "untrained_baseline.json"
+    if resume_from is None and not megatron:
+        # the starting model's validation perplexity: the baseline the trained model is compared with
+        (untrained,) = trainer.validate(module, datamodule=data, verbose=False)
+        if trainer.global_rank == 0:
+            baseline_file.write_text(json.dumps({"val_ppl": untrained.get("val_ppl")}))
+    trainer.fit(module, datamodule=data, ckpt_path=resume_from)
+    tensors = full_state_dict(module.unwrapped_module())  # gathers tensor-parallel shards: every rank takes part
+    if trainer.global_rank != 0:
+        return []
+    metrics = {
+        k: float(v) for k, v in trainer.callback_metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1
+    }
+    untrained_ppl = json.loads(baseline_file.read_text())["val_ppl"] if baseline_file.exists() else None
+    weights = out / "model.safetensors"
+    save_weights(
+        tensors,
+        weights,
+        {
+            "recipe": recipe,
+            "model": {**defaults["model"], "vocab_size": tokenizer.vocab_size},
+            "vocab_size": tokenizer.vocab_size,
+            "steps": trainer.global_step,
+            "val_ppl": metrics.get("val_ppl"),
+            "untrained_val_ppl": untrained_ppl,
+            "seed": settings.seed,
+            "started_from": None if start is None else str(start.path),
+        },
+    )
+    plot = plot_curves(out / "logs" / "metrics.csv", out / "training_curves.png")
+    starting = "starting" if start is not None else "untrained"
+    return [
+        ("recipe", recipe),
+        ("started from", "random initialisation" if start is None else f"{start.path} ({start.source})"),
+        ("steps", str(trainer.global_step)),
+        ("sequences (train / val)", f"{len(train_records)} / {len(val)}"),
+        ("final train loss", f"{metrics.get('reduced_train_loss', float('nan')):.4f}"),
+        ("validation perplexity", f"{metrics.get('val_ppl', float('nan')):.3f}"),
+        (f"{starting} model's validation perplexity", f"{untrained_ppl:.3f}" if untrained_ppl else "not measured"),
+        ("weights", str(weights)),
+        ("checkpoints (resume)", str(checkpoints)),
+        ("logs (CSV, TensorBoard)", str(out / "logs")),
+        ("loss / perplexity curve", str(plot) if plot else "not written (no metrics)"),
+    ]
+
+
+def _check_same_shape(found: dict[str, Any], wanted: dict[str, Any], recipe: str, checkpoint: Path) -> None:
+    """Refuse ``train --checkpoint`` with weights of another shape than the recipe's."""
+    differ = [key for key in _SHAPE_KEYS if found.get(key) != wanted.get(key)]
+    if not differ:
+        return
+    from bionemo.esm2.catalog import ESM2_SHAPES
+
+    same = [name for name, shape in ESM2_SHAPES.items() if all(getattr(shape, k) == found.get(k) for k in _SHAPE_KEYS)]
+    hint = f"; use --recipe {same[0]}" if same else "; set the recipe's shape under model: in --config"
+    raise SettingsError(
+        f"checkpoint {checkpoint} has "
+        + ", ".join(f"{k}={found.get(k)}" for k in differ)
+        + f" but recipe {recipe} has "
+        + ", ".join(f"{k}={wanted.get(k)}" for k in differ)
+        + hint,
+        "--checkpoint",
+    )
+
+
+def _checked_model(model: dict[str, Any]) -> dict[str, Any]:
+    """``model`` if every key is an ``ESM2Config`` field, else a SettingsError listing the valid ones."""
+    import dataclasses
+
+    from bionemo.esm2.model import ESM2Config
+
+    valid = {field.name for field in dataclasses.fields(ESM2Config)}
+    unknown = sorted(set(model) - valid)
+    if unknown:
+        raise SettingsError(
+            f"unknown model settings {unknown}; valid ones include num_layers, hidden_size, num_attention_heads, "
+            "ffn_hidden_size, seq_length, token_dropout (any megatron TransformerConfig field)",
+            "--config",
+        )
+    return model
