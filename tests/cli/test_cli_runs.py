@@ -125,15 +125,19 @@ def test_predict_options_logits_and_batch_interval(tmp_path):
     ids, tensors = read_predictions(out / "predictions.safetensors")
     records = read_sequences(BUNDLED_SEQUENCES)
     assert ids == [r.id for r in records]
-    assert set(tensors) == {"sample_index", "perplexity", "log_probs"}
+    assert set(tensors) == {"sample_index", "perplexity", "logits"}
     longest = max(len(r.sequence) for r in records) + 2
-    log_probs = tensors["log_probs"]
-    assert log_probs.shape[:2] == (len(records), longest)  # [n, s, v], padded to the longest sequence
-    # each real position holds a normalized distribution; padding positions are zero-filled
+    logits = tensors["logits"]
+    assert logits.shape == (len(records), longest, 33)  # [n, s, v], padded to the longest sequence
+    # raw scores at real positions (the unmasked residues are the likeliest tokens); zeros beyond <eos>
     first_len = len(records[0].sequence) + 2
-    torch.testing.assert_close(log_probs[0, :first_len].exp().sum(-1), torch.ones(first_len))
-    assert log_probs[0, first_len:].eq(0).all()
-    # same masking as the default run: the same per-sequence perplexities
+    assert logits[0, :first_len].ne(0).all()
+    assert logits[0, first_len:].eq(0).all()
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+
+    residues = ProteinTokenizer().encode(records[0].sequence)[1:-1]
+    assert (logits[0, 1 : first_len - 1].argmax(-1) == residues).float().mean() > 0.5
+    # the perplexity mask depends on the sequence alone: the same per-sequence perplexities as the default run
     default = tmp_path / "default"
     bionemo("run", "predict", "--output-dir", str(default), cwd=tmp_path)
     _, reference = read_predictions(default / "predictions.safetensors")

@@ -17,6 +17,15 @@ from bionemo.esm2.weights import expected_shapes, read_metadata, read_weights
 __all__ = ["CheckpointError", "LoadedCheckpoint", "check_tensors", "load_checkpoint"]
 
 _MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length")
+ESM_DEFAULTS = {
+    "seq_length": 1026,
+    "layernorm_epsilon": 1e-5,
+    "token_dropout": True,
+    "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+    "vocab_size": 33,
+}
+"""``ESM2Config``'s defaults for the settings a Hugging Face config also holds (older bionemo files omit them)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,6 +95,6 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
         tensors = read_weights(path)
     except Exception as error:
         raise CheckpointError(f"checkpoint {path} cannot be read (truncated or corrupted?): {error}") from None
-    model = {"vocab_size": metadata.get("vocab_size", 33), **metadata["model"]}
+    model = {**ESM_DEFAULTS, "vocab_size": metadata.get("vocab_size", 33), **metadata["model"]}
     check_tensors(tensors, model, f"checkpoint {path}")
-    return LoadedCheckpoint(path=path, tensors=tensors, model=dict(metadata["model"]), metadata=metadata)
+    return LoadedCheckpoint(path=path, tensors=tensors, model=model, metadata=metadata)

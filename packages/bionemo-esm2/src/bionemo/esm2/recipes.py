@@ -66,7 +66,7 @@ def demo() -> Recipe:
         global_batch_size=16,
         max_steps=1000,
         val_check_interval=250,
-        lr=2e-3,
+        lr=1e-3,
         precision=Precision.FP32.value,
     )
 

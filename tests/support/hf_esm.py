@@ -1,0 +1,75 @@
+"""Small random Hugging Face ESM-2 models built in the test (nothing downloaded), and inputs for them."""
+
+from pathlib import Path
+
+import torch
+
+RESIDUES = "LAGVSERTIDPKQNFYMHWCXBUZO"
+
+
+def random_hf_esm(
+    path: Path | None = None,
+    *,
+    hidden: int = 64,
+    heads: int = 4,
+    layers: int = 2,
+    ffn: int | None = None,
+    token_dropout: bool = True,
+    seed: int = 0,
+    safetensors: bool = True,
+):
+    """An ``EsmForMaskedLM`` with every parameter random (LayerNorms too), saved to ``path`` if given."""
+    from transformers import EsmConfig, EsmForMaskedLM
+
+    config = EsmConfig(
+        vocab_size=33,
+        hidden_size=hidden,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        intermediate_size=ffn or 4 * hidden,
+        max_position_embeddings=1026,
+        position_embedding_type="rotary",
+        token_dropout=token_dropout,
+        mask_token_id=32,
+        pad_token_id=1,
+        emb_layer_norm_before=False,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    torch.manual_seed(seed)
+    model = EsmForMaskedLM(config).eval()
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if "LayerNorm" in name or "layer_norm" in name:
+                param.copy_((1.0 if name.endswith("weight") else 0.0) + 0.2 * torch.randn_like(param))
+            else:
+                param.copy_(
+                    torch.randn_like(param) / param.shape[-1] ** 0.5
+                    if param.dim() > 1
+                    else 0.1 * torch.randn_like(param)
+                )
+    if path is not None:
+        model.save_pretrained(path, safe_serialization=safetensors)
+    return model
+
+
+def random_sequences(count: int, seed: int = 0, low: int = 5, high: int = 40) -> list[str]:
+    """Protein strings of random lengths over every residue letter ESM-2 knows."""
+    gen = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(low, high, (count,), generator=gen).tolist()
+    return ["".join(RESIDUES[i] for i in torch.randint(len(RESIDUES), (n,), generator=gen).tolist()) for n in lengths]
+
+
+def hf_outputs(model, sequences: list[str]) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """Per sequence: Hugging Face's logits ``[L + 2, 33]`` and the mean last hidden state over residues."""
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+
+    tokenizer = ProteinTokenizer()
+    logits, embeddings = [], []
+    with torch.no_grad():
+        for sequence in sequences:  # one at a time: no padding in the reference
+            ids = tokenizer.encode(sequence)[None]
+            out = model(input_ids=ids, output_hidden_states=True)
+            logits.append(out.logits[0])
+            embeddings.append(out.hidden_states[-1][0, 1:-1].mean(0))
+    return logits, torch.stack(embeddings)
