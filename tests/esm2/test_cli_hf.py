@@ -38,7 +38,8 @@ def test_predict_with_a_hugging_face_folder_gives_its_embeddings_and_logits(tmp_
     sequences = random_sequences(7, seed=hidden)
     out = tmp_path / "pred"
     invoke(
-        "run", "predict", "--checkpoint", str(tmp_path / "hf"), "--data", str(write_fasta(tmp_path / "x.fasta", sequences)),
+        "run", "predict", "--checkpoint", str(tmp_path / "hf"),
+        "--data", str(write_fasta(tmp_path / "x.fasta", sequences)),
         "--include", "embeddings", "--include", "logits", "--micro-batch-size", "3", "--output-dir", str(out),
         "--accelerator", "cpu",
     )  # fmt: skip
@@ -133,7 +134,9 @@ def _truncate(folder: Path) -> None:
 BAD_FOLDERS = {
     "no config.json": (lambda f: (f / "config.json").unlink(), "config.json"),
     "another model type": (lambda f: _mutate_config(f, model_type="bert"), "bert"),
-    "shapes disagree": (lambda f: _mutate_config(f, intermediate_size=100), "esm.encoder.layer.0.intermediate.dense.weight"),
+    "shapes disagree": (
+        lambda f: _mutate_config(f, intermediate_size=100), "esm.encoder.layer.0.intermediate.dense.weight"
+    ),
     "missing tensor": (lambda f: _edit_weights(f, _drop), "esm.encoder.layer.0.attention.self.key.weight"),
     "truncated file": (_truncate, "cannot be read"),
     "NaN weights": (lambda f: _edit_weights(f, _nan), "NaN"),

@@ -73,3 +73,60 @@ def hf_outputs(model, sequences: list[str]) -> tuple[list[torch.Tensor], torch.T
             logits.append(out.logits[0])
             embeddings.append(out.hidden_states[-1][0, 1:-1].mean(0))
     return logits, torch.stack(embeddings)
+
+
+def padded_batch(sequences: list[str]) -> tuple[torch.Tensor, torch.Tensor]:
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+
+    tokenizer = ProteinTokenizer()
+    encoded = [tokenizer.encode(s) for s in sequences]
+    length = max(len(e) for e in encoded)
+    ids = torch.full((len(encoded), length), tokenizer.pad_id)
+    mask = torch.zeros(len(encoded), length, dtype=torch.bool)
+    for row, e in enumerate(encoded):
+        ids[row, : len(e)] = e
+        mask[row, : len(e)] = True
+    return ids, mask
+
+
+def bionemo_outputs(folder, sequences: list[str], tp: int = 1, keep: dict | None = None):
+    """Our logits per sequence ``[L + 2, 33]`` and mean residue embeddings, from one padded batch.
+
+    ``keep["model"]`` receives the model when given.
+    """
+    import torch.distributed as dist
+    from megatron.core import parallel_state
+
+    from bionemo.esm2.checkpoint import load_checkpoint
+    from bionemo.esm2.model import ESM2Config
+    from bionemo.esm2.weights import apply_weights
+
+    checkpoint = load_checkpoint(folder)
+    config = ESM2Config(tensor_model_parallel_size=tp, **checkpoint.model)
+    model = config.configure_model().eval()
+    apply_weights(model, checkpoint.tensors)
+    if keep is not None:
+        keep["model"] = model
+    ids, mask = padded_batch(sequences)
+    with torch.no_grad():
+        logits, hidden = model(ids, mask, output_hidden=True)
+    if tp > 1:  # gather the vocabulary slices (megatron's own gather needs CUDA)
+        shards = [torch.empty_like(logits) for _ in range(tp)]
+        dist.all_gather(shards, logits.contiguous(), group=parallel_state.get_tensor_model_parallel_group())
+        logits = torch.cat(shards, dim=-1)
+    logits, hidden = logits.transpose(0, 1)[..., :33], hidden.transpose(0, 1)
+    lengths = mask.sum(1).tolist()
+    per_sequence = [logits[i, :n] for i, n in enumerate(lengths)]
+    embeddings = torch.stack([hidden[i, 1 : n - 1].mean(0) for i, n in enumerate(lengths)])
+    return per_sequence, embeddings
+
+
+def esm2_hf_tp_worker(rank, world_size, folder, sequences):
+    from megatron.core import parallel_state
+
+    from bionemo.esm2.weights import full_state_dict
+
+    parallel_state.initialize_model_parallel(tensor_model_parallel_size=world_size)
+    keep: dict = {}
+    logits, embeddings = bionemo_outputs(folder, sequences, tp=world_size, keep=keep)
+    return {"logits": logits, "embeddings": embeddings, "full": full_state_dict(keep["model"])}
