@@ -59,16 +59,16 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     from megatron.core.transformer.enums import AttnMaskType
     from nemo import lightning as nl
 
-    from bionemo.esm2.data import MaskedProteinDataset, data_step
     from bionemo.esm2._common import datamodule, model_config
+    from bionemo.esm2.data import MaskedProteinDataset, data_step
     from bionemo.esm2.model import ESM2Config, ESM2Model
     from bionemo.esm2.readers import SequenceRecord
     from bionemo.esm2.recipes import gpu
     from bionemo.esm2.steps import forward_step
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.recipes.settings import Precision, RunSettings
     from bionemo.lightning import BionemoLightningModule
     from bionemo.lightning._nemo import MegatronOptimizerModule
+    from bionemo.recipes.settings import Precision, RunSettings
 
     model = _model(args)
     tokenizer = ProteinTokenizer()

@@ -97,7 +97,7 @@ def write(path: Path, text: str) -> Path:
 
 
 def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
-    long = "A" * 200
+    long = "A" * 1100  # the demo model takes up to 1022 residues
     corrupted = tmp / "corrupted.safetensors"
     corrupted.write_bytes(b"\x00\x01 not a safetensors file")
     readonly = tmp / "readonly"

@@ -24,7 +24,7 @@ def assert_parity(ours, reference, atol: float = 1e-4) -> None:
 
 @pytest.mark.parametrize(("hidden", "heads", "layers", "token_dropout"), SHAPES)
 def test_logits_and_hidden_states_match_transformers(tmp_path, hidden, heads, layers, token_dropout):
-    from bionemo.lightning._parallel_init import ensure_model_parallel
+    from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()
     hf = random_hf_esm(tmp_path, hidden=hidden, heads=heads, layers=layers, token_dropout=token_dropout)
@@ -36,7 +36,7 @@ def test_token_dropout_matches_transformers_with_masked_tokens(tmp_path):
     """<mask> tokens: zeroed embeddings, rescaled by the sequence's own mask ratio (no padding in the batch)."""
     from bionemo.esm2.model import ESM2Config
     from bionemo.esm2.weights import apply_weights
-    from bionemo.lightning._parallel_init import ensure_model_parallel
+    from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()
     hf = random_hf_esm(tmp_path, token_dropout=True)
@@ -53,7 +53,7 @@ def test_token_dropout_matches_transformers_with_masked_tokens(tmp_path):
 
 
 def test_a_sequence_gets_the_same_outputs_whatever_its_batch_neighbours(tmp_path):
-    from bionemo.lightning._parallel_init import ensure_model_parallel
+    from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()
     random_hf_esm(tmp_path)

@@ -58,9 +58,12 @@ def test_650m_hf_model_predicts_like_transformers_in_bf16_on_1_gpu_and_tp2(tmp_p
     fasta.write_text("".join(f">s{i}\n{s}\n" for i, s in enumerate(sequences)))
     hf = EsmForMaskedLM.from_pretrained(folder, torch_dtype=torch.bfloat16, attn_implementation="sdpa").cuda().eval()
     reference = hf_bf16_embeddings(hf, sequences)
+    hf = EsmForMaskedLM.from_pretrained(folder, torch_dtype=torch.float32).cuda().eval()
+    exact = hf_bf16_embeddings(hf, sequences)  # fp32 transformers: how far each bf16 run is from the exact values
     del hf
     torch.cuda.empty_cache()
-    report = []
+    hf_bf16 = torch.nn.functional.cosine_similarity(reference, exact, dim=-1)
+    report = [f"transformers bf16 vs transformers fp32: cosine min {hf_bf16.min():.5f}"]
     converted = tmp_path / "esm650m.safetensors"
     seconds = bionemo(["convert", "from-hf", str(folder), str(converted)], logs / "esm2_650m_from_hf.log")
     report.append(f"convert from-hf: {seconds:.1f} s")
@@ -74,7 +77,11 @@ def test_650m_hf_model_predicts_like_transformers_in_bf16_on_1_gpu_and_tp2(tmp_p
         )  # fmt: skip
         _, tensors = read_predictions(out / "predictions.safetensors")
         cosine = torch.nn.functional.cosine_similarity(tensors["embeddings"], reference, dim=-1)
-        report.append(f"predict {name} bf16: {seconds:.1f} s wall, cosine vs HF bf16 min {cosine.min():.5f}")
+        to_exact = torch.nn.functional.cosine_similarity(tensors["embeddings"], exact, dim=-1)
+        report.append(
+            f"predict {name} bf16: {seconds:.1f} s wall, cosine vs HF bf16 min {cosine.min():.5f}, "
+            f"vs HF fp32 min {to_exact.min():.5f}"
+        )
         (logs / "esm2_650m.txt").write_text("\n".join(report) + "\n")
         assert cosine.min() >= 0.999, (name, cosine)
 

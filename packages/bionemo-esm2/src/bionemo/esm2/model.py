@@ -22,18 +22,23 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from megatron.core import parallel_state, tensor_parallel
-from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding
-from megatron.core.models.common.language_module.language_module import LanguageModule
-from megatron.core.transformer.enums import AttnMaskType, ModelType
-from megatron.core.transformer.module import MegatronModule
-from megatron.core.transformer.spec_utils import ModuleSpec
-from megatron.core.transformer.transformer_block import TransformerBlock
-from megatron.core.transformer.transformer_config import TransformerConfig
 
-from bionemo.core import BionemoTrainableModelConfig
-from bionemo.lightning import install_compiled_rope, sdpa_layer_spec
-from bionemo.losses import MaskedTokenLossReduction
+from bionemo.core.megatron_env import prepare_megatron_import
+
+prepare_megatron_import()  # before megatron-core's first import: it fails on machines with nvcc and no GPU
+
+from megatron.core import parallel_state, tensor_parallel  # noqa: E402
+from megatron.core.models.common.embeddings.language_model_embedding import LanguageModelEmbedding  # noqa: E402
+from megatron.core.models.common.language_module.language_module import LanguageModule  # noqa: E402
+from megatron.core.transformer.enums import AttnMaskType, ModelType  # noqa: E402
+from megatron.core.transformer.module import MegatronModule  # noqa: E402
+from megatron.core.transformer.spec_utils import ModuleSpec  # noqa: E402
+from megatron.core.transformer.transformer_block import TransformerBlock  # noqa: E402
+from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
+
+from bionemo.core import BionemoTrainableModelConfig  # noqa: E402
+from bionemo.lightning import install_compiled_rope, sdpa_layer_spec  # noqa: E402
+from bionemo.losses import MaskedTokenLossReduction  # noqa: E402
 
 __all__ = ["MASK_RATIO_TRAIN", "ESM2Config", "ESM2Model", "padded_vocab_size", "vocab_logits"]
 

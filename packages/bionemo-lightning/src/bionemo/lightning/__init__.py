@@ -4,6 +4,7 @@
 from bionemo.lightning import _nemo  # noqa: F401  # isort: skip
 
 
+from bionemo.lightning._parallel_init import ensure_model_parallel
 from bionemo.lightning.data import MegatronDataModule
 from bionemo.lightning.megatron_compat import MegatronCompatCallback
 from bionemo.lightning.module import BionemoLightningModule
@@ -19,6 +20,7 @@ __all__ = [
     "MegatronDataModule",
     "SDPACoreAttention",
     "default_megatron_optimizer",
+    "ensure_model_parallel",
     "init_adam_state",
     "install_compiled_rope",
     "sdpa_layer_spec",
