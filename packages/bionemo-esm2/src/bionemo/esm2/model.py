@@ -66,7 +66,7 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig["ESM2Model", Mas
     num_layers: int = 6
     hidden_size: int = 320
     num_attention_heads: int = 20
-    ffn_hidden_size: int = 1280
+    ffn_hidden_size: int | None = 1280
     layernorm_epsilon: float = 1e-5
     hidden_dropout: float = 0.0
     attention_dropout: float = 0.0
@@ -180,7 +180,7 @@ class ESM2LMHead(MegatronModule):
         h = config.hidden_size
         self.dense = torch.nn.Linear(h, h, device=device, dtype=config.params_dtype)
         self.layer_norm = torch.nn.LayerNorm(h, eps=config.layernorm_epsilon, device=device, dtype=config.params_dtype)
-        if config.perform_initialization:
+        if config.perform_initialization and config.init_method is not None:
             config.init_method(self.dense.weight)
             torch.nn.init.zeros_(self.dense.bias)
 
@@ -220,7 +220,9 @@ class ESM2Model(LanguageModule):
         self.model_type = ModelType.encoder_or_decoder
         if pre_process:
             self.embedding = ESM2Embedding(config, self.padded_vocab_size)
-        self.rotary_pos_emb = ESM2RotaryEmbedding(config.kv_channels, config.rotary_base)
+        self.rotary_pos_emb = ESM2RotaryEmbedding(
+            config.kv_channels or config.hidden_size // config.num_attention_heads, config.rotary_base
+        )
         self.decoder = TransformerBlock(
             config=config,
             spec=sdpa_layer_spec(AttnMaskType.padding),
@@ -233,7 +235,7 @@ class ESM2Model(LanguageModule):
                 config.hidden_size,
                 self.padded_vocab_size,
                 config=config,
-                init_method=config.init_method,
+                init_method=config.init_method,  # type: ignore[arg-type]  # set by TransformerConfig.__post_init__
                 bias=True,
                 skip_bias_add=False,
                 gather_output=not parallel_output,

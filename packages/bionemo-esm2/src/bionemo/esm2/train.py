@@ -36,6 +36,7 @@ def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> li
     check_hardware(settings)
     max_residues = model["seq_length"] - 2
     data = settings.data
+    records: list = []
     if data is not None:
         try:
             records = read_sequences(data, max_residues, settings.truncate)
