@@ -59,7 +59,7 @@ DEMO_SHAPE = ModelShape(num_layers=4, hidden_size=64, num_attention_heads=4, ffn
 """``esm2-demo``: the ESM-2 architecture and vocabulary at CPU size (head dim 16), up to 1024 residues."""
 
 GPU_SHAPE = ModelShape(num_layers=12, hidden_size=1024, num_attention_heads=16, ffn_hidden_size=4096, devices="1 GPU")
-"""``esm2-gpu``: a 151M-parameter ESM-2 whose shape keeps an H200 busier than esm2-150m's (head dim 64)."""
+"""``esm2-gpu``: a 152M-parameter ESM-2 whose shape keeps an H200 busier than esm2-150m's (head dim 64)."""
 
 RECIPE_TARGETS: dict[str, str] = {
     "esm2-demo": "bionemo.esm2.recipes:demo",
