@@ -5,7 +5,7 @@ from typing import Annotated, Any
 
 import typer
 
-from bionemo.recipes.choices import Accelerator, Include, Precision, StrategyChoice, WriteIntervalChoice
+from bionemo.recipes.choices import Accelerator, Include, OutputDtype, Precision, StrategyChoice, WriteIntervalChoice
 
 __all__ = ["run_app"]
 
@@ -139,11 +139,24 @@ def predict(
     truncate: TruncateOpt = None,
     include: Annotated[
         list[Include] | None,
-        typer.Option("--include", help="Repeat to choose outputs. Default: embeddings, perplexity."),
+        typer.Option(
+            "--include",
+            help="Repeat to choose outputs (residue-embeddings: per residue; cls: the <cls> vector). Default: embeddings, perplexity.",
+        ),
     ] = None,
     write_interval: Annotated[
         WriteIntervalChoice | None,
         typer.Option("--write-interval", help="When prediction shards are written. Default: epoch."),
+    ] = None,
+    layer: Annotated[
+        list[int] | None,
+        typer.Option(
+            "--layer", help="Repeat to add layers' embeddings (0 = embedding output, num_layers = last, -1 = last)."
+        ),
+    ] = None,
+    output_dtype: Annotated[
+        OutputDtype | None,
+        typer.Option("--output-dtype", help="Type of written embeddings and logits. Default: float32."),
     ] = None,
 ) -> None:
     """Predict per-sequence outputs; with no options, the bundled demo sequences with the bundled weights."""

@@ -17,6 +17,7 @@ softmax and cross-entropy see exactly the 33 real tokens, and :func:`vocab_logit
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -251,18 +252,49 @@ class ESM2Model(LanguageModule):
         self.decoder.set_input_tensor(input_tensor)
 
     def forward(
-        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None, *, output_hidden: bool = False
-    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
-        """See the class docstring; ``attention_mask`` is True on real tokens (None: no padding)."""
-        hidden = self.embedding(input_ids, attention_mask) if self.pre_process else None
-        padding_mask = None if attention_mask is None else ~attention_mask.bool()[:, None, None, :]
-        rotary = self.rotary_pos_emb(input_ids.shape[1], input_ids.device)
-        hidden = self.decoder(hidden_states=hidden, attention_mask=padding_mask, rotary_pos_emb=rotary)
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        *,
+        output_hidden: bool = False,
+        hidden_layers: Sequence[int] = (),
+    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+        """See the class docstring; ``attention_mask`` is True on real tokens (None: no padding).
+
+        ``hidden_layers`` (absolute: 0 = the embedding output, ``num_layers`` = after the final LayerNorm, as in
+        Hugging Face's ``hidden_states``) adds a third output, ``{K: hidden [s, b, h]}``; whole model only (no
+        pipeline parallelism).
+        """
+        captured: dict[int, torch.Tensor] = {}
+        handles = [self._capture(k, captured) for k in hidden_layers if k != self.config.num_layers]
+        try:
+            hidden = self.embedding(input_ids, attention_mask) if self.pre_process else None
+            padding_mask = None if attention_mask is None else ~attention_mask.bool()[:, None, None, :]
+            rotary = self.rotary_pos_emb(input_ids.shape[1], input_ids.device)
+            hidden = self.decoder(hidden_states=hidden, attention_mask=padding_mask, rotary_pos_emb=rotary)
+        finally:
+            for handle in handles:
+                handle.remove()
         if not self.post_process:
             return hidden
         logits, _ = self.output_layer(self.lm_head(hidden), weight=self.shared_embedding_or_output_weight())
         logits = self._hide_vocab_padding(logits)
+        if hidden_layers:
+            return logits, hidden, {k: hidden if k == self.config.num_layers else captured[k] for k in hidden_layers}
         return (logits, hidden) if output_hidden else logits
+
+    def _capture(self, layer: int, into: dict[int, torch.Tensor]) -> torch.utils.hooks.RemovableHandle:
+        """A forward hook keeping the output of ``layer`` (0: the embedding) in ``into[layer]``."""
+        if not (self.pre_process and self.post_process) or not 0 <= layer <= self.config.num_layers:
+            raise ValueError(
+                f"hidden layer {layer}: valid are 0..{self.config.num_layers} of a whole model (no pipeline stages)"
+            )
+        module = self.embedding if layer == 0 else self.decoder.layers[layer - 1]
+
+        def keep(_module: torch.nn.Module, _inputs: Any, output: Any) -> None:
+            into[layer] = output[0] if isinstance(output, tuple) else output
+
+        return module.register_forward_hook(keep)
 
     def _hide_vocab_padding(self, logits: torch.Tensor) -> torch.Tensor:
         if self.padded_vocab_size == self.vocab_size:

@@ -35,13 +35,38 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
         records = read_sequences(data, checkpoint.model["seq_length"] - 2, settings.truncate)
     except InputError as error:
         raise SettingsError(str(error), "--data") from None
+    layers = absolute_layers(settings.layer, checkpoint.model["num_layers"])
     out = settings.output_dir or Path("bionemo_predictions")
     check_output_dir(out)
-    return _predict(settings, defaults, recipe, checkpoint, records, out)
+    return _predict(settings, defaults, recipe, checkpoint, records, out, layers)
+
+
+def absolute_layers(layers: list[int], num_layers: int) -> list[int]:
+    """``--layer`` values as absolute layer numbers (0..num_layers; -1 = num_layers), in the order given.
+
+    Raises:
+        SettingsError: A layer outside ``-(num_layers + 1)..num_layers``.
+    """
+    resolved = []
+    for layer in layers:
+        if not -(num_layers + 1) <= layer <= num_layers:
+            raise SettingsError(
+                f"--layer {layer}: this model has layers 0 (the embedding output) to {num_layers} (after the final "
+                f"LayerNorm); negatives count from the end (-1 = {num_layers}, -{num_layers + 1} = 0)",
+                "--layer",
+            )
+        resolved.append(layer if layer >= 0 else num_layers + 1 + layer)
+    return list(dict.fromkeys(resolved))
 
 
 def _predict(
-    settings: RunSettings, defaults: dict[str, Any], recipe: str, checkpoint: Any, records: list, out: Path
+    settings: RunSettings,
+    defaults: dict[str, Any],
+    recipe: str,
+    checkpoint: Any,
+    records: list,
+    out: Path,
+    layers: list[int],
 ) -> list[tuple[str, str]]:
     import functools
 
@@ -67,6 +92,10 @@ def _predict(
             embeddings=Include.EMBEDDINGS in include,
             logits=Include.LOGITS in include,
             perplexity=Include.PERPLEXITY in include,
+            residues=Include.RESIDUE_EMBEDDINGS in include,
+            cls=Include.CLS in include,
+            layers=layers,
+            num_layers=checkpoint.model["num_layers"],
         ),
         data_step=data_step,
         optimizer=default_megatron_optimizer(),
@@ -89,6 +118,7 @@ def _predict(
     if Include.PERPLEXITY in include:
         perplexity = torch.exp(merged.pop("loss_sum") / merged.pop("num_masked").clamp(min=1))
         merged["perplexity"] = perplexity
+    merged = finish_outputs(merged, [len(r.sequence) for r in records], settings.output_dtype.value)
     path = write_predictions(
         out / "predictions.safetensors",
         merged,
@@ -123,6 +153,28 @@ def _predict(
         ("contents", ", ".join(["sequence ids", "sample_index", *sorted(k for k in merged if k != "sample_index")])),
         ("summary", str(out / "summary.json")),
     ]
+
+
+def finish_outputs(merged: dict[str, Any], lengths: list[int], dtype: str) -> dict[str, Any]:
+    """Per-residue outputs flattened to ``[sum of lengths, h]`` with ``residue_offsets [n + 1]``; floats cast.
+
+    Sequence ``i``'s residues are rows ``residue_offsets[i]:residue_offsets[i + 1]``. Embeddings, ``cls`` and
+    logits are cast to ``dtype``; perplexities stay float32.
+    """
+    import torch
+
+    finished: dict[str, Any] = {}
+    keep = torch.zeros(len(lengths), max(lengths), dtype=torch.bool)
+    for row, length in enumerate(lengths):
+        keep[row, :length] = True
+    for key, value in merged.items():
+        if key.startswith("residue_embeddings"):
+            value = value[:, : keep.shape[1]][keep[:, : value.shape[1]]]
+            finished["residue_offsets"] = torch.tensor([0, *lengths]).cumsum(0)
+        if value.is_floating_point() and key != "perplexity":
+            value = value.to(getattr(torch, dtype))
+        finished[key] = value
+    return finished
 
 
 def _pair(metadata: dict[str, Any]) -> str:

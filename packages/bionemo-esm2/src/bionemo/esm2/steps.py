@@ -1,5 +1,6 @@
 """Forward steps of the ESM-2 recipes: training / validation and prediction (``ForwardStep`` contracts)."""
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -15,33 +16,61 @@ def forward_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.
     return {"token_logits": model(batch["tokens"], batch.get("padding"))}
 
 
-def make_predict_step(*, embeddings: bool, logits: bool, perplexity: bool, vocab_size: int = 33):
+def make_predict_step(
+    *,
+    embeddings: bool,
+    logits: bool,
+    perplexity: bool,
+    residues: bool = False,
+    cls: bool = False,
+    layers: Sequence[int] = (),
+    num_layers: int | None = None,
+    vocab_size: int = 33,
+):
     """The prediction forward step over :class:`bionemo.esm2.data.PredictionDataset` batches.
 
-    Outputs for ``b`` sequences (only those asked for):
+    Outputs for ``b`` sequences (only those asked for), all from the unmasked sequence unless said otherwise:
 
     - ``embeddings [b, h]`` float32: mean over residue positions (no ``<cls>``, ``<eos>`` or padding) of the
-      last layer after the final LayerNorm, computed from the unmasked sequence.
-    - ``logits [b, s, vocab_size]`` float32: raw scores of the unmasked sequence, position 0 = ``<cls>``,
-      zeros at padding positions.
+      last layer after the final LayerNorm; ``embeddings.layer{K} [b, h]`` the same for each of ``layers``
+      (absolute: 0 = the embedding output, ``num_layers`` = after the final LayerNorm).
+    - ``residue_embeddings [b, s - 2, h]`` (residues only, zeros beyond each sequence's length; the last layer)
+      and ``residue_embeddings.layer{K}`` for each of ``layers``.
+    - ``cls [b, h]``: the last layer's ``<cls>`` vector.
+    - ``logits [b, s, vocab_size]`` float32: raw scores, position 0 = ``<cls>``, zeros at padding positions.
     - ``loss_sum [b]`` and ``num_masked [b]``: cross-entropy summed over the masked positions of
       ``masked_tokens`` and their count (masked-token perplexity = exp(sum / count)).
     """
+    last = num_layers if num_layers is not None else -1
+    wanted = [k for k in dict.fromkeys(layers) if k != last]
 
     def predict_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
         padding = batch.get("padding")
-        if embeddings or logits:
-            token_logits, hidden = model(batch["tokens"], padding, output_hidden=True)
+        if embeddings or logits or residues or cls or wanted:
+            if wanted:
+                token_logits, hidden, extra = model(batch["tokens"], padding, hidden_layers=wanted)
+            else:
+                token_logits, hidden = model(batch["tokens"], padding, output_hidden=True)
+                extra = {}
             real = batch["attention_mask"]
-            if embeddings:
-                residues = real.clone()
-                residues[:, 0] = False  # <cls>
-                residues[torch.arange(len(real), device=real.device), real.sum(dim=1) - 1] = False  # <eos>
-                weights = residues.unsqueeze(-1).float()
-                out["embeddings"] = (hidden.transpose(0, 1).float() * weights).sum(dim=1) / weights.sum(dim=1).clamp(
-                    min=1
-                )
+            residue_mask = real.clone()
+            residue_mask[:, 0] = False  # <cls>
+            residue_mask[torch.arange(len(real), device=real.device), real.sum(dim=1) - 1] = False  # <eos>
+            weights = residue_mask.unsqueeze(-1).float()
+            per_layer = {"": hidden, **{f".layer{k}": extra[k] for k in wanted}}
+            for suffix, states in per_layer.items():
+                states = states.transpose(0, 1).float()  # [b, s, h]
+                if embeddings or suffix:
+                    out["embeddings" + suffix] = (states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+                if residues:
+                    out["residue_embeddings" + suffix] = (states * weights)[:, 1:-1]
+            if layers and last in layers:
+                out[f"embeddings.layer{last}"] = out["embeddings"] if embeddings else _mean(hidden, weights)
+                if residues:
+                    out[f"residue_embeddings.layer{last}"] = out["residue_embeddings"]
+            if cls:
+                out["cls"] = hidden[0].float()
             if logits:
                 full = vocab_logits(token_logits, vocab_size).transpose(0, 1).float()  # [b, s, v]
                 out["logits"] = full * real.unsqueeze(-1)
@@ -53,3 +82,8 @@ def make_predict_step(*, embeddings: bool, logits: bool, perplexity: bool, vocab
         return out
 
     return predict_step
+
+
+def _mean(hidden: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Mean of ``hidden [s, b, h]`` over the positions ``weights [b, s, 1]`` marks."""
+    return (hidden.transpose(0, 1).float() * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)

@@ -2,7 +2,15 @@
 
 from enum import StrEnum
 
-__all__ = ["Accelerator", "Include", "Precision", "SettingsError", "StrategyChoice", "WriteIntervalChoice"]
+__all__ = [
+    "Accelerator",
+    "Include",
+    "OutputDtype",
+    "Precision",
+    "SettingsError",
+    "StrategyChoice",
+    "WriteIntervalChoice",
+]
 
 
 class SettingsError(ValueError):
@@ -43,6 +51,16 @@ class Include(StrEnum):
     EMBEDDINGS = "embeddings"
     LOGITS = "logits"
     PERPLEXITY = "perplexity"
+    RESIDUE_EMBEDDINGS = "residue-embeddings"
+    CLS = "cls"
+
+
+class OutputDtype(StrEnum):
+    """Floating-point type of the written embeddings and logits (perplexities stay float32)."""
+
+    FLOAT32 = "float32"
+    BFLOAT16 = "bfloat16"
+    FLOAT16 = "float16"
 
 
 class WriteIntervalChoice(StrEnum):

@@ -10,7 +10,7 @@ from safetensors import safe_open
 
 from bionemo.callbacks import save_safetensors_atomically
 
-__all__ = ["read_predictions", "write_predictions"]
+__all__ = ["read_predictions", "split_residues", "write_predictions"]
 
 
 def write_predictions(
@@ -30,7 +30,17 @@ def write_predictions(
 
 
 def read_predictions(path: Path) -> tuple[list[str], dict[str, torch.Tensor]]:
-    """The sequence ids and tensors of a predictions file (no pickle involved)."""
+    """The sequence ids and tensors of a predictions file (no pickle involved).
+
+    Row ``i`` of every per-sequence tensor (``embeddings``, ``cls``, ``logits``, ``perplexity``) belongs to
+    ``ids[i]``; per-residue tensors are split per sequence by :func:`split_residues`.
+    """
     with safe_open(str(path), framework="pt") as f:
         ids = json.loads((f.metadata() or {})["ids"])
         return ids, {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118
+
+
+def split_residues(tensors: Mapping[str, torch.Tensor], key: str = "residue_embeddings") -> list[torch.Tensor]:
+    """Per-sequence ``[length, h]`` views of a flattened per-residue tensor (``residue_offsets`` marks the rows)."""
+    offsets = tensors["residue_offsets"].tolist()
+    return [tensors[key][start:end] for start, end in zip(offsets[:-1], offsets[1:], strict=True)]

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from bionemo.recipes.choices import (
     Accelerator,
     Include,
+    OutputDtype,
     Precision,
     SettingsError,
     StrategyChoice,
@@ -18,6 +19,7 @@ from bionemo.recipes.choices import (
 __all__ = [
     "Accelerator",
     "Include",
+    "OutputDtype",
     "Precision",
     "RunSettings",
     "SettingsError",
@@ -58,6 +60,9 @@ class RunSettings(BaseModel):
     # predict
     include: list[Include] = Field(default_factory=lambda: [Include.EMBEDDINGS, Include.PERPLEXITY])
     write_interval: WriteIntervalChoice = WriteIntervalChoice.EPOCH
+    layer: list[int] = Field(default_factory=list)
+    """Extra layers to output (0 = embedding output, num_layers = after the final LayerNorm, negatives from the end)."""
+    output_dtype: OutputDtype = OutputDtype.FLOAT32
 
     def model_parallel_size(self) -> int:
         """Tensor x pipeline x context parallel ranks per model replica."""
