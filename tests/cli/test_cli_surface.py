@@ -123,10 +123,12 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["--config", str(write(tmp / "c.yaml", "devicez: 2\n"))], "devicez"),
         (["--config", str(write(tmp / "c2.json", '{"devices": 0}'))], "devices"),
         (["--config", str(tmp / "nofile.yaml")], "does not exist"),
+        (["--data", str(write(tmp / "gap.fasta", ">a\nMK-V.\n"))], "gap '-' at residue 3 (2 gap(s) in all)"),
+        (["--recipe", "esm2-gpu"], "but recipe esm2-gpu has num_layers=12"),
     ]
 
 
-@pytest.mark.parametrize("index", range(19))
+@pytest.mark.parametrize("index", range(21))
 def test_bad_input_exits_2_with_a_clear_message_and_no_output(tmp_path, index, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args, message = bad_inputs(tmp_path)[index]
@@ -149,6 +151,18 @@ def test_truncate_lets_long_sequences_through_validation(tmp_path):
     path = write(tmp_path / "long.fasta", f">big\n{'A' * 200}\n")
     (record,) = read_sequences(path, max_length=128, truncate=True)
     assert len(record.sequence) == 128
+
+
+def test_fasta_stop_marker_byte_order_mark_and_truncation_are_handled(tmp_path):
+    from bionemo.esm2.readers import read_sequences
+
+    path = tmp_path / "uniprot.fasta"
+    path.write_bytes("\ufeff>a\nMKV*\n>b\nMKVLA*\n".encode())
+    records = read_sequences(path, max_length=4, truncate=True)
+    assert [(r.id, r.sequence, r.truncated_from) for r in records] == [("a", "MKV", None), ("b", "MKVL", 5)]
+    csv_path = tmp_path / "bom.csv"
+    csv_path.write_bytes("\ufeffid,sequence\nx,MKV*\n".encode())
+    assert [r.sequence for r in read_sequences(csv_path)] == ["MKV"]
 
 
 def test_bundled_checkpoint_ships_with_the_package():

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from bionemo.esm2._common import checked_checkpoint, datamodule, model_config
-from bionemo.recipes.settings import Include, RunSettings, SettingsError
+from bionemo.recipes.settings import Include, Precision, RunSettings, SettingsError
 
 __all__ = ["predict"]
 
@@ -22,7 +22,8 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
     """
     from bionemo.esm2.readers import InputError, read_sequences
     from bionemo.esm2.recipes import BUNDLED_CHECKPOINT, BUNDLED_SEQUENCES
-    from bionemo.recipes.trainers import check_hardware, check_output_dir
+    from bionemo.esm2.train import check_same_shape
+    from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir
 
     if settings.model:
         raise SettingsError(
@@ -30,6 +31,10 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
         )
     check_hardware(settings)
     checkpoint = checked_checkpoint(settings.checkpoint or BUNDLED_CHECKPOINT)
+    if "recipe" in settings.model_fields_set:
+        check_same_shape(checkpoint.model, defaults["model"], recipe, checkpoint.path)
+    if settings.precision is None and accelerator(settings) == "gpu":
+        settings = settings.model_copy(update={"precision": Precision.BF16})  # GPUs predict in bf16 by default
     data = settings.data or BUNDLED_SEQUENCES
     try:
         records = read_sequences(data, checkpoint.model["seq_length"] - 2, settings.truncate)
@@ -129,6 +134,7 @@ def _predict(
     metadata = checkpoint.metadata
     summary = {
         "sequences": len(records),
+        "truncated_sequences": sum(r.truncated_from is not None for r in records),
         "mean_perplexity": None if perplexity is None else float(perplexity.mean()),
         "uniform_baseline_perplexity": 20.0,
         "checkpoint_validation_perplexity": metadata.get("val_ppl"),
@@ -137,7 +143,8 @@ def _predict(
         "includes": sorted(i.value for i in include),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    rows = [("sequences", str(len(records)))]
+    truncated = sum(r.truncated_from is not None for r in records)
+    rows = [("sequences", str(len(records)) + (f" ({truncated} cut by --truncate)" if truncated else ""))]
     if perplexity is not None:
         rows += [
             ("mean masked-token perplexity", f"{summary['mean_perplexity']:.3f}"),

@@ -19,6 +19,8 @@ class SequenceRecord:
 
     id: str
     sequence: str
+    truncated_from: int | None = None
+    """The sequence's length before ``--truncate`` cut it, or None when it was not cut."""
 
 
 def read_sequences(path: Path, max_length: int | None = None, truncate: bool = False) -> list[SequenceRecord]:
@@ -29,9 +31,12 @@ def read_sequences(path: Path, max_length: int | None = None, truncate: bool = F
         max_length: Longest sequence (residues) allowed, or ``None``.
         truncate: Cut longer sequences to ``max_length`` instead of refusing them.
 
+    A UTF-8 byte-order mark is accepted and a trailing ``*`` (UniProt's end marker) is dropped.
+
     Raises:
-        InputError: Missing or empty file, unknown extension, malformed record, characters outside the
-            alphabet, duplicate ids, or a sequence longer than ``max_length`` without ``truncate``.
+        InputError: Missing or empty file, unknown extension, malformed record, alignment gaps (``-``, ``.``),
+            characters outside the alphabet, duplicate ids, or a sequence longer than ``max_length`` without
+            ``truncate``.
     """
     if not path.exists():
         raise InputError(f"data file {path} does not exist")
@@ -52,6 +57,14 @@ def read_sequences(path: Path, max_length: int | None = None, truncate: bool = F
         if record.id in seen:
             raise InputError(f"{path}: sequence id {record.id!r} appears more than once; ids must be unique")
         seen.add(record.id)
+        if record.sequence.endswith("*"):  # UniProt-style stop / end marker
+            record = SequenceRecord(record.id, record.sequence[:-1])
+        gaps = [i for i, c in enumerate(record.sequence) if c in "-."]
+        if gaps:
+            raise InputError(
+                f"{path}: sequence {record.id!r} has a gap {record.sequence[gaps[0]]!r} at residue {gaps[0] + 1} "
+                f"({len(gaps)} gap(s) in all); give unaligned sequences (remove '-' and '.')"
+            )
         bad = ProteinTokenizer.invalid_characters(record.sequence)
         if bad:
             raise InputError(
@@ -64,7 +77,7 @@ def read_sequences(path: Path, max_length: int | None = None, truncate: bool = F
                     f"{path}: sequence {record.id!r} has {len(record.sequence)} residues, more than the model's "
                     f"{max_length}; pass --truncate to cut sequences to {max_length}"
                 )
-            record = SequenceRecord(record.id, record.sequence[:max_length])
+            record = SequenceRecord(record.id, record.sequence[:max_length], truncated_from=len(record.sequence))
         checked.append(record)
     return checked
 
@@ -83,7 +96,7 @@ def _read_fasta(path: Path) -> list[SequenceRecord]:
             raise InputError(f"{path}:{header_line}: record {header!r} has no sequence")
         records.append(SequenceRecord(header, sequence))
 
-    with path.open(encoding="utf-8", errors="replace") as f:
+    with path.open(encoding="utf-8-sig", errors="replace") as f:
         for number, raw in enumerate(f, start=1):
             line = raw.strip()
             if not line:
@@ -103,7 +116,7 @@ def _read_fasta(path: Path) -> list[SequenceRecord]:
 
 
 def _read_csv(path: Path) -> list[SequenceRecord]:
-    with path.open(newline="", encoding="utf-8", errors="replace") as f:
+    with path.open(newline="", encoding="utf-8-sig", errors="replace") as f:
         reader = csv.DictReader(f)
         columns = [c.strip().lower() for c in (reader.fieldnames or [])]
         if "sequence" not in columns:

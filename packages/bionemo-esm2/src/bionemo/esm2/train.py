@@ -9,7 +9,7 @@ from bionemo.esm2._common import checked_checkpoint, datamodule, model_config
 from bionemo.esm2.recipes import value
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
-__all__ = ["train"]
+__all__ = ["check_same_shape", "train"]
 
 _SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
 
@@ -28,7 +28,7 @@ def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> li
     start = None
     if settings.checkpoint is not None:
         start = checked_checkpoint(settings.checkpoint)
-        _check_same_shape(start.model, model, recipe, settings.checkpoint)
+        check_same_shape(start.model, model, recipe, settings.checkpoint)
         # the checkpoint's own settings (token dropout, epsilon, length) win over the recipe's
         model = {**model, **{k: v for k, v in start.model.items() if k != "vocab_size"}}
     defaults = {**defaults, "model": model}
@@ -172,8 +172,8 @@ def _fit(
     ]
 
 
-def _check_same_shape(found: dict[str, Any], wanted: dict[str, Any], recipe: str, checkpoint: Path) -> None:
-    """Refuse ``train --checkpoint`` with weights of another shape than the recipe's."""
+def check_same_shape(found: dict[str, Any], wanted: dict[str, Any], recipe: str, checkpoint: Path) -> None:
+    """Refuse a checkpoint of another shape than the recipe's (``train --checkpoint``, ``predict --recipe``)."""
     differ = [key for key in _SHAPE_KEYS if found.get(key) != wanted.get(key)]
     if not differ:
         return
