@@ -258,7 +258,7 @@ class ESM2Model(LanguageModule):
         *,
         output_hidden: bool = False,
         hidden_layers: Sequence[int] = (),
-    ) -> torch.Tensor | tuple[torch.Tensor, ...]:
+    ) -> Any:
         """See the class docstring; ``attention_mask`` is True on real tokens (None: no padding).
 
         ``hidden_layers`` (absolute: 0 = the embedding output, ``num_layers`` = after the final LayerNorm, as in
