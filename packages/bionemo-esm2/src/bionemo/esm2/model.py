@@ -16,7 +16,6 @@ megatron's vocab-parallel layers; the padded logit columns are filled with a lar
 softmax and cross-entropy see exactly the 33 real tokens, and :func:`vocab_logits` cuts them away.
 """
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +37,7 @@ from megatron.core.transformer.transformer_block import TransformerBlock  # noqa
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
 from bionemo.core import BionemoTrainableModelConfig  # noqa: E402
+from bionemo.esm2.hf import padded_vocab_size  # noqa: E402
 from bionemo.lightning import install_compiled_rope, sdpa_layer_spec  # noqa: E402
 from bionemo.losses import MaskedTokenLossReduction  # noqa: E402
 
@@ -45,12 +45,6 @@ __all__ = ["MASK_RATIO_TRAIN", "ESM2Config", "ESM2Model", "padded_vocab_size", "
 
 MASK_RATIO_TRAIN = 0.15 * 0.8
 """The share of ``<mask>`` tokens ESM-2 was trained with (15% chosen, 80% of those masked): token dropout's scale."""
-
-
-def padded_vocab_size(vocab_size: int, tensor_parallel_size: int = 1) -> int:
-    """Embedding / output rows: ``vocab_size`` rounded up to a multiple of ``8 * tensor_parallel_size``."""
-    multiple = 8 * tensor_parallel_size
-    return math.ceil(vocab_size / multiple) * multiple
 
 
 @dataclass
