@@ -30,19 +30,21 @@ def test_get_dtype_device_containers_use_first_non_none():
 @pytest.mark.parametrize(
     ("obj", "message"),
     [
-        ([], "empty list"),
-        ({}, "empty dict"),
-        ([None], "only None"),
-        ({"a": None}, "only None"),
-        (torch.nn.ReLU(), "ReLU without parameters"),
+        ([], "Looking up dtype on an empty list"),
+        ({}, "Looking up dtype on an empty dict"),
+        ([None], "non-None value not found"),
+        ({"a": None}, "non-None value not found"),
+        (torch.nn.ReLU(), "Cannot get dtype on a torch module with no parameters."),
     ],
 )
-def test_get_dtype_device_value_errors(obj, message):
-    with pytest.raises(ValueError, match=message):
+def test_get_dtype_device_value_errors_are_bionemo_llms_word_for_word(obj, message):
+    import re
+
+    with pytest.raises(ValueError, match=f"^{re.escape(message)}$"):
         get_dtype_device(obj)
 
 
 @pytest.mark.parametrize("obj", [1, 1.5, "abc", object()])
 def test_get_dtype_device_type_errors(obj):
-    with pytest.raises(TypeError, match="expects a tensor, a module"):
+    with pytest.raises(TypeError, match="^Got something we didnt expect$"):
         get_dtype_device(obj)

@@ -27,12 +27,13 @@ def get_dtype_device(
 ) -> tuple[torch.dtype, torch.device]:
     """Return ``(dtype, device)`` of a tensor, a module, or the first non-None value of a list/tuple/dict.
 
-    A module answers with its first parameter; containers are searched depth-first.
+    A module answers with its first parameter; containers are searched depth-first. The error texts are
+    bionemo-llm's, word for word: code written against the old module matches on them.
 
     Raises:
-        ValueError: For an empty list/tuple/dict (or one holding only ``None``) and for a module without
-            parameters.
-        TypeError: For anything else (a string, a number, ...).
+        ValueError: ``"Looking up dtype on an empty list"`` / ``"... empty dict"``, ``"non-None value not
+            found"`` (only ``None`` inside), ``"Cannot get dtype on a torch module with no parameters."``.
+        TypeError: ``"Got something we didnt expect"`` for anything else (a string, a number, ...).
     """
     if isinstance(obj, torch.Tensor):
         return obj.dtype, obj.device
@@ -40,23 +41,14 @@ def get_dtype_device(
         try:
             param = next(obj.parameters())
         except StopIteration:
-            raise ValueError(f"Cannot get dtype/device of a {type(obj).__name__} without parameters") from None
+            raise ValueError("Cannot get dtype on a torch module with no parameters.") from None
         return param.dtype, param.device
     if isinstance(obj, Mapping):
         if not obj:
-            raise ValueError("Cannot get dtype/device of an empty dict")
-        return get_dtype_device(_first_present(obj.values(), "dict"))
+            raise ValueError("Looking up dtype on an empty dict")
+        return get_dtype_device(some_first(obj.values()))
     if isinstance(obj, Sequence) and not isinstance(obj, str | bytes):
         if not obj:
-            raise ValueError("Cannot get dtype/device of an empty list")
-        return get_dtype_device(_first_present(obj, type(obj).__name__))
-    raise TypeError(
-        f"get_dtype_device expects a tensor, a module, or a list/tuple/dict of them; got {type(obj).__name__}"
-    )
-
-
-def _first_present(values: Iterable[Any], kind: str) -> Any:
-    try:
-        return some_first(values)
-    except ValueError:
-        raise ValueError(f"Cannot get dtype/device of a {kind} holding only None") from None
+            raise ValueError("Looking up dtype on an empty list")
+        return get_dtype_device(some_first(obj))
+    raise TypeError("Got something we didnt expect")
