@@ -23,11 +23,17 @@ def prediction(indices, seq=3, vocab=4):
 
 
 def run_writer(writer, rank, batches):
-    t = trainer(rank)
-    writer.on_predict_start(t, None)
-    for i, batch in enumerate(batches):
-        writer.on_predict_batch_end(t, None, batch, None, i)
-    writer.on_predict_epoch_end(t, None)
+    run_ranks([(writer, rank, batches)])
+
+
+def run_ranks(runs):
+    """Ranks of one run: every rank starts (and checks the directory) before any writes, as under a barrier."""
+    for writer, rank, _ in runs:
+        writer.on_predict_start(trainer(rank), None)
+    for writer, rank, batches in runs:
+        for i, batch in enumerate(batches):
+            writer.on_predict_batch_end(trainer(rank), None, batch, None, i)
+        writer.on_predict_epoch_end(trainer(rank), None)
 
 
 def test_batch_interval_writes_one_file_per_batch(tmp_path):
@@ -43,8 +49,12 @@ def test_batch_interval_writes_one_file_per_batch(tmp_path):
 
 def test_ranks_merge_back_into_input_order_without_duplicates(tmp_path):
     # Two data-parallel ranks took interleaved shards; the distributed sampler repeated sample 0 to even them out.
-    run_writer(PredictionWriter(tmp_path, "epoch", groups=SINGLE), 0, [prediction([0, 1]), prediction([4])])
-    run_writer(PredictionWriter(tmp_path, "epoch", groups=SINGLE), 1, [prediction([2, 3]), prediction([0])])
+    run_ranks(
+        [
+            (PredictionWriter(tmp_path, "epoch", groups=SINGLE), 0, [prediction([0, 1]), prediction([4])]),
+            (PredictionWriter(tmp_path, "epoch", groups=SINGLE), 1, [prediction([2, 3]), prediction([0])]),
+        ]
+    )
     merged = merge_predictions(tmp_path)
     assert merged["sample_index"].tolist() == [0, 1, 2, 3, 4]
     assert merged["token_logits"].shape == (3, 5, 4)
@@ -67,12 +77,26 @@ def test_ranks_without_the_full_output_write_nothing(tmp_path):
 
 def test_existing_predictions_are_refused_unless_overwrite(tmp_path):
     run_writer(PredictionWriter(tmp_path, "epoch", groups=SINGLE), 0, [prediction([0])])
-    with pytest.raises(FileExistsError, match="already holds predictions of rank 0"):
+    with pytest.raises(FileExistsError, match="already holds predictions"):
         PredictionWriter(tmp_path, groups=SINGLE).on_predict_start(trainer(0), None)
-    # Another rank's files do not block this one.
-    PredictionWriter(tmp_path, groups=SINGLE).on_predict_start(trainer(1), None)
+    # Another rank's files block too: they would be merged with this run's.
+    with pytest.raises(FileExistsError, match="already holds predictions"):
+        PredictionWriter(tmp_path, groups=SINGLE).on_predict_start(trainer(1), None)
     run_writer(PredictionWriter(tmp_path, "epoch", overwrite=True, groups=SINGLE), 0, [prediction([7])])
     assert merge_predictions(tmp_path)["sample_index"].tolist() == [7]
+
+
+def test_overwrite_removes_every_ranks_earlier_shards(tmp_path):
+    """After a 2-rank run, a 1-rank rerun with overwrite=True merges its own rows only (no stale rank-1 rows)."""
+    run_ranks(
+        [
+            (PredictionWriter(tmp_path, "epoch", groups=SINGLE), 0, [prediction([0, 2])]),
+            (PredictionWriter(tmp_path, "batch", groups=SINGLE), 1, [prediction([1, 3])]),
+        ]
+    )
+    assert len(prediction_files(tmp_path)) == 2
+    run_writer(PredictionWriter(tmp_path, "epoch", overwrite=True, groups=SINGLE), 0, [prediction([0, 1, 2])])
+    assert merge_predictions(tmp_path)["sample_index"].tolist() == [0, 1, 2]
 
 
 def test_bad_outputs_name_what_is_wrong(tmp_path):

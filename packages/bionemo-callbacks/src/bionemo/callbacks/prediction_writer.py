@@ -50,7 +50,7 @@ class PredictionWriter(pl.Callback):
         output_dir: Directory to write into; created if missing.
         write_interval: ``"batch"`` or ``"epoch"``.
         index_key: Key of the sample positions in each prediction.
-        overwrite: Replace this rank's files from an earlier run instead of refusing to start.
+        overwrite: Remove every earlier prediction file in ``output_dir`` (of any rank) instead of refusing to start.
         groups: Process groups that decide whether this rank writes; ``None`` reads megatron's current ones.
     """
 
@@ -84,14 +84,19 @@ class PredictionWriter(pl.Callback):
         self.output_dir.mkdir(parents=True, exist_ok=True)
         if not os.access(self.output_dir, os.W_OK):
             raise PermissionError(f"Prediction output directory {self.output_dir} is not writable")
-        existing = prediction_files(self.output_dir, trainer.global_rank)
+        existing = prediction_files(self.output_dir)
         if existing and not self.overwrite:
             raise FileExistsError(
-                f"{self.output_dir} already holds predictions of rank {trainer.global_rank} "
-                f"({existing[0].name}, ...); choose another directory or pass overwrite=True"
+                f"{self.output_dir} already holds predictions ({existing[0].name}, ...); choose another directory "
+                "or pass overwrite=True"
             )
-        for path in existing:
-            path.unlink()
+        # every earlier shard goes, whichever rank wrote it: a run on fewer ranks must not merge stale rows.
+        # Global rank 0 removes them all, each rank its own (node-local directories), then all wait.
+        for path in existing if trainer.global_rank == 0 else prediction_files(self.output_dir, trainer.global_rank):
+            path.unlink(missing_ok=True)
+        strategy = getattr(trainer, "strategy", None)
+        if strategy is not None:
+            strategy.barrier("prediction_writer_overwrite")
 
     @override
     def on_predict_batch_end(
