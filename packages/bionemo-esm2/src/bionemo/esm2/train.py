@@ -1,6 +1,7 @@
 """``bionemo run train`` for the ESM-2 recipes: from scratch, or from ``--checkpoint`` weights (HF or bionemo)."""
 
 import json
+import math
 import random
 from pathlib import Path
 from typing import Any
@@ -141,6 +142,8 @@ def _fit(
     }
     untrained_ppl = json.loads(baseline_file.read_text())["val_ppl"] if baseline_file.exists() else None
     weights = out / "model.safetensors"
+    # rerunning a finished run measures nothing new: keep what the earlier export recorded
+    val_ppl = _finite(metrics.get("val_ppl")) or _finite(_earlier(weights).get("val_ppl"))
     save_weights(
         tensors,
         weights,
@@ -149,7 +152,7 @@ def _fit(
             "model": {**defaults["model"], "vocab_size": tokenizer.vocab_size},
             "vocab_size": tokenizer.vocab_size,
             "steps": trainer.global_step,
-            "val_ppl": metrics.get("val_ppl"),
+            "val_ppl": val_ppl,
             "untrained_val_ppl": untrained_ppl,
             "seed": settings.seed,
             "started_from": None if start is None else str(start.path),
@@ -162,14 +165,34 @@ def _fit(
         ("started from", "random initialisation" if start is None else f"{start.path} ({start.source})"),
         ("steps", str(trainer.global_step)),
         ("sequences (train / val)", f"{len(train_records)} / {len(val)}"),
-        ("final train loss", f"{metrics.get('reduced_train_loss', float('nan')):.4f}"),
-        ("validation perplexity", f"{metrics.get('val_ppl', float('nan')):.3f}"),
-        (f"{starting} model's validation perplexity", f"{untrained_ppl:.3f}" if untrained_ppl else "not measured"),
+        ("final train loss", _shown(metrics.get("reduced_train_loss"), 4)),
+        ("validation perplexity", _shown(val_ppl, 3)),
+        (f"{starting} model's validation perplexity", _shown(untrained_ppl, 3)),
         ("weights", str(weights)),
         ("checkpoints (resume)", str(checkpoints)),
         ("logs (CSV, TensorBoard)", str(out / "logs")),
         ("loss / perplexity curve", str(plot) if plot else "not written (no metrics)"),
     ]
+
+
+def _finite(value: float | None) -> float | None:
+    """``value``, or None when it is missing or not a finite number (JSON has no NaN)."""
+    return value if value is not None and math.isfinite(value) else None
+
+
+def _shown(value: float | None, digits: int) -> str:
+    """A metric for the summary table; "not measured" instead of nan."""
+    return "not measured" if _finite(value) is None else f"{value:.{digits}f}"
+
+
+def _earlier(weights: Path) -> dict[str, Any]:
+    """The metadata of an earlier export in the same output directory, or {}."""
+    from bionemo.esm2.weights import read_metadata
+
+    try:
+        return read_metadata(weights) if weights.is_file() else {}
+    except SettingsError:
+        return {}
 
 
 def check_same_shape(found: dict[str, Any], wanted: dict[str, Any], recipe: str, checkpoint: Path) -> None:
