@@ -125,10 +125,12 @@ def bad_inputs(tmp: Path) -> list[tuple[list[str], str]]:
         (["--config", str(tmp / "nofile.yaml")], "does not exist"),
         (["--data", str(write(tmp / "gap.fasta", ">a\nMK-V.\n"))], "gap '-' at residue 3 (2 gap(s) in all)"),
         (["--recipe", "esm2-gpu"], "but recipe esm2-gpu has num_layers=12"),
+        (["--checkpoint", str(write(tmp / "last.ckpt", "x"))], "is a training checkpoint"),
+        (["--output-dir", str(write(tmp / "afile", "x"))], "is an existing file, not a directory"),
     ]
 
 
-@pytest.mark.parametrize("index", range(21))
+@pytest.mark.parametrize("index", range(23))
 def test_bad_input_exits_2_with_a_clear_message_and_no_output(tmp_path, index, monkeypatch):
     monkeypatch.chdir(tmp_path)
     args, message = bad_inputs(tmp_path)[index]

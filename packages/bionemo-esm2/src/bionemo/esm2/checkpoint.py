@@ -81,6 +81,7 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
             f"checkpoint {path} does not exist; give a Hugging Face ESM-2 folder (config.json + model.safetensors "
             "or pytorch_model.bin) or a bionemo model.safetensors"
         )
+    _refuse_training_checkpoint(path)
     if is_hf_folder(path):
         tensors, model, notes = load_hf_checkpoint(path, 33)  # vocabulary padding comes when applied
         check_tensors(tensors, model, f"Hugging Face checkpoint {path}")
@@ -98,3 +99,14 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
     model = {**ESM_DEFAULTS, "vocab_size": metadata.get("vocab_size", 33), **metadata["model"]}
     check_tensors(tensors, model, f"checkpoint {path}")
     return LoadedCheckpoint(path=path, tensors=tensors, model=model, metadata=metadata)
+
+
+def _refuse_training_checkpoint(path: Path) -> None:
+    """Training checkpoints (Lightning ``.ckpt``, megatron ``step<N>/``) are for ``--resume``, not model weights."""
+    megatron = path.is_dir() and (path / "weights" / "metadata.json").is_file()
+    if path.suffix == ".ckpt" or megatron:
+        run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        raise CheckpointError(
+            f"{path} is a training checkpoint (it resumes training with --resume); --checkpoint takes model weights: "
+            f"the model.safetensors a run exports (here {run / 'model.safetensors'}) or a Hugging Face folder"
+        )

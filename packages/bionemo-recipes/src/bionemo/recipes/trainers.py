@@ -64,6 +64,10 @@ def check_hardware(settings: RunSettings) -> None:
 
 def check_output_dir(path: Path) -> None:
     """Create ``path`` if needed and make sure files can be written there."""
+    if path.exists() and not path.is_dir():
+        raise SettingsError(
+            f"output directory {path} is an existing file, not a directory; give a directory", "--output-dir"
+        )
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
