@@ -101,7 +101,9 @@ def test_two_process_cpu_ddp_train_and_predict_in_input_order(tmp_path):
     fasta.write_text("".join(f">{r.id}\n{r.sequence}\n" for r in records))
     bionemo(
         "run", "predict", "--devices", "2", "--accelerator", "cpu", "--checkpoint", str(out / "model.safetensors"),
-        "--data", str(fasta), "--output-dir", str(tmp_path / "pred"), "--micro-batch-size", "4", cwd=tmp_path,
+        "--data", str(fasta), "--output-dir", str(tmp_path / "pred"), "--micro-batch-size", "4",
+        "--include", "embeddings", "--include", "perplexity", "--include", "residue-embeddings", "--layer", "1",
+        cwd=tmp_path,
     )  # fmt: skip
     ids, tensors = read_predictions(tmp_path / "pred" / "predictions.safetensors")
     assert ids == [r.id for r in records]
@@ -109,11 +111,15 @@ def test_two_process_cpu_ddp_train_and_predict_in_input_order(tmp_path):
     # the same predictions from one process
     bionemo(
         "run", "predict", "--accelerator", "cpu", "--checkpoint", str(out / "model.safetensors"),
-        "--data", str(fasta), "--output-dir", str(tmp_path / "single"), cwd=tmp_path,
+        "--data", str(fasta), "--output-dir", str(tmp_path / "single"),
+        "--include", "embeddings", "--include", "perplexity", "--include", "residue-embeddings", "--layer", "1",
+        cwd=tmp_path,
     )  # fmt: skip
     _, single = read_predictions(tmp_path / "single" / "predictions.safetensors")
-    torch.testing.assert_close(tensors["perplexity"], single["perplexity"], rtol=1e-4, atol=1e-5)
-    torch.testing.assert_close(tensors["embeddings"], single["embeddings"], rtol=1e-4, atol=1e-5)
+    assert tensors.keys() == single.keys()
+    for key in ("perplexity", "embeddings", "embeddings.layer1", "residue_embeddings", "residue_embeddings.layer1"):
+        torch.testing.assert_close(tensors[key], single[key], rtol=1e-4, atol=1e-5, msg=key)
+    assert torch.equal(tensors["residue_offsets"], single["residue_offsets"])
 
 
 def test_predict_options_logits_and_batch_interval(tmp_path):
