@@ -187,3 +187,30 @@ def test_train_refuses_a_checkpoint_of_another_shape_than_the_recipe(tmp_path):
     missing = runner.invoke(app, ["run", "train", "--checkpoint", str(tmp_path / "nope"), "--output-dir", str(out)])
     assert missing.exit_code == 2
     assert "does not exist" in flat(missing.output)
+
+
+def test_a_bionemo_weights_file_with_nan_or_missing_tensors_exits_2(tmp_path):
+    from safetensors import safe_open
+
+    from bionemo.esm2.recipes import BUNDLED_CHECKPOINT
+
+    with safe_open(str(BUNDLED_CHECKPOINT), framework="pt") as f:
+        metadata = f.metadata()
+        tensors = {key: f.get_tensor(key) for key in f.keys()}  # noqa: SIM118
+    tensors["decoder.layers.2.mlp.linear_fc1.weight"][0, 0] = float("inf")
+    flipped = tmp_path / "flipped.safetensors"
+    save_file(tensors, str(flipped), metadata=metadata)
+    del tensors["lm_head.dense.bias"]
+    missing = tmp_path / "missing.safetensors"
+    save_file(tensors, str(missing), metadata=metadata)
+    for path, message in (
+        (flipped, "decoder.layers.2.mlp.linear_fc1.weight holds NaN or Inf"),
+        (missing, "lm_head.dense.bias"),
+    ):
+        out = tmp_path / "out"
+        result = runner.invoke(
+            app, ["run", "predict", "--checkpoint", str(path), "--output-dir", str(out)], terminal_width=400
+        )
+        assert result.exit_code == 2, result.output
+        assert message in flat(result.output)
+        assert not out.exists()
