@@ -80,3 +80,25 @@ def test_output_dtype_and_bad_layers(tmp_path):
         text = text.replace(border, " ")
     assert "layers 0 (the embedding output) to 2" in " ".join(text.split())
     assert not (tmp_path / "x").exists()
+
+
+def test_pseudo_perplexity_is_exact(tmp_path):
+    """Each residue masked once, its true token's probability read: as computed here with transformers."""
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+
+    hf = random_hf_esm(tmp_path / "hf", hidden=64, heads=4, layers=2)
+    sequences = random_sequences(3, seed=8, low=6, high=20)
+    _, out = predict(tmp_path, "pppl", sequences, "--include", "pseudo-perplexity", "--micro-batch-size", "2")
+    tokenizer = ProteinTokenizer()
+    expected = []
+    for sequence in sequences:
+        ids = tokenizer.encode(sequence)
+        copies = ids.repeat(len(sequence), 1)
+        positions = torch.arange(1, len(sequence) + 1)
+        copies[torch.arange(len(sequence)), positions] = tokenizer.mask_id
+        with torch.no_grad():
+            log_probs = hf(input_ids=copies).logits.log_softmax(-1)
+        picked = log_probs[torch.arange(len(sequence)), positions, ids[positions]]
+        expected.append(torch.exp(-picked.mean()))
+    torch.testing.assert_close(out["pseudo_perplexity"], torch.stack(expected), rtol=1e-5, atol=1e-5)
+    assert out["pseudo_perplexity"].dtype == torch.float32

@@ -99,6 +99,7 @@ def _predict(
             perplexity=Include.PERPLEXITY in include,
             residues=Include.RESIDUE_EMBEDDINGS in include,
             cls=Include.CLS in include,
+            pseudo_perplexity=Include.PSEUDO_PERPLEXITY in include,
             layers=layers,
             num_layers=checkpoint.model["num_layers"],
         ),
@@ -123,6 +124,9 @@ def _predict(
     if Include.PERPLEXITY in include:
         perplexity = torch.exp(merged.pop("loss_sum") / merged.pop("num_masked").clamp(min=1))
         merged["perplexity"] = perplexity
+    if Include.PSEUDO_PERPLEXITY in include:
+        lengths = torch.tensor([len(r.sequence) for r in records], dtype=torch.float32)
+        merged["pseudo_perplexity"] = torch.exp(merged.pop("pseudo_loss_sum") / lengths)
     merged = finish_outputs(merged, [len(r.sequence) for r in records], settings.output_dtype.value)
     path = write_predictions(
         out / "predictions.safetensors",
@@ -150,6 +154,10 @@ def _predict(
             ("mean masked-token perplexity", f"{summary['mean_perplexity']:.3f}"),
             ("uniform guess over 20 amino acids", "20.000"),
         ]
+    if "pseudo_perplexity" in merged:
+        rows.append(
+            ("mean pseudo-perplexity (each residue masked once)", f"{float(merged['pseudo_perplexity'].mean()):.3f}")
+        )
     if checkpoint.source == "bionemo":
         rows.append(("validation perplexity at training: trained / untrained", _pair(metadata)))
     return [
@@ -178,7 +186,7 @@ def finish_outputs(merged: dict[str, Any], lengths: list[int], dtype: str) -> di
         if key.startswith("residue_embeddings"):
             value = value[:, : keep.shape[1]][keep[:, : value.shape[1]]]
             finished["residue_offsets"] = torch.tensor([0, *lengths]).cumsum(0)
-        if value.is_floating_point() and key != "perplexity":
+        if value.is_floating_point() and not key.endswith("perplexity"):
             value = value.to(getattr(torch, dtype))
         finished[key] = value
     return finished

@@ -23,6 +23,8 @@ def make_predict_step(
     perplexity: bool,
     residues: bool = False,
     cls: bool = False,
+    pseudo_perplexity: bool = False,
+    mask_id: int = 32,
     layers: Sequence[int] = (),
     num_layers: int | None = None,
     vocab_size: int = 33,
@@ -40,6 +42,9 @@ def make_predict_step(
     - ``logits [b, s, vocab_size]`` float32: raw scores, position 0 = ``<cls>``, zeros at padding positions.
     - ``loss_sum [b]`` and ``num_masked [b]``: cross-entropy summed over the masked positions of
       ``masked_tokens`` and their count (masked-token perplexity = exp(sum / count)).
+    - ``pseudo_loss_sum [b]``: the exact pseudo-log-likelihood's negative: every residue masked once (one copy
+      of the sequence per residue, run ``b`` copies at a time), the cross-entropy of the true residue summed
+      (pseudo-perplexity = exp(sum / length)).
     """
     last = num_layers if num_layers is not None else -1
     wanted = [k for k in dict.fromkeys(layers) if k != last]
@@ -74,6 +79,8 @@ def make_predict_step(
             if logits:
                 full = vocab_logits(token_logits, vocab_size).transpose(0, 1).float()  # [b, s, v]
                 out["logits"] = full * real.unsqueeze(-1)
+        if pseudo_perplexity:
+            out["pseudo_loss_sum"] = _pseudo_loss_sums(model, batch, mask_id)
         if perplexity:
             masked_logits = model(batch["masked_tokens"], padding)
             per_token = token_cross_entropy(masked_logits, batch["labels"], ParallelGroups.current().tensor)
@@ -82,6 +89,30 @@ def make_predict_step(
         return out
 
     return predict_step
+
+
+def _pseudo_loss_sums(model: Any, batch: dict[str, torch.Tensor], mask_id: int) -> torch.Tensor:
+    """Per sequence, the summed cross-entropy of each residue predicted with only that residue masked."""
+    tokens, real = batch["tokens"], batch["attention_mask"]
+    b, s = tokens.shape
+    lengths = real.sum(dim=1) - 2  # residues
+    rows = torch.repeat_interleave(torch.arange(b, device=tokens.device), lengths)  # one copy per residue
+    starts = torch.cumsum(lengths, 0) - lengths
+    positions = torch.arange(len(rows), device=tokens.device) - starts[rows] + 1  # 1..L of each sequence
+    totals = torch.zeros(b, device=tokens.device, dtype=torch.float32)
+    group = ParallelGroups.current().tensor
+    for chunk in torch.arange(len(rows), device=tokens.device).split(max(1, b)):
+        sequence, position = rows[chunk], positions[chunk]
+        copies = tokens[sequence].clone()
+        picked = torch.arange(len(chunk), device=tokens.device)
+        labels = torch.full_like(copies, -100)
+        labels[picked, position] = copies[picked, position]
+        copies[picked, position] = mask_id
+        mask = real[sequence]
+        logits = model(copies, None if bool(mask.all()) else mask)
+        loss = token_cross_entropy(logits, labels, group).sum(dim=1)  # [copies]
+        totals.index_add_(0, sequence, loss.float())
+    return totals
 
 
 def _mean(hidden: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

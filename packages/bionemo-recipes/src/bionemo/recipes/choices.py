@@ -53,6 +53,7 @@ class Include(StrEnum):
     PERPLEXITY = "perplexity"
     RESIDUE_EMBEDDINGS = "residue-embeddings"
     CLS = "cls"
+    PSEUDO_PERPLEXITY = "pseudo-perplexity"
 
 
 class OutputDtype(StrEnum):
