@@ -11,12 +11,11 @@ from typing import Any
 
 import torch
 
-from bionemo.esm2.hf import CheckpointError, is_hf_folder, load_hf_checkpoint
-from bionemo.esm2.weights import expected_shapes, read_metadata, read_weights
+from bionemo.esm2.hf import CheckpointError, check_bionemo_tensors, is_hf_folder, load_hf_checkpoint
+from bionemo.esm2.weights import read_metadata, read_weights
 
 __all__ = ["CheckpointError", "LoadedCheckpoint", "check_tensors", "load_checkpoint"]
 
-_MODEL_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size", "seq_length")
 ESM_DEFAULTS = {
     "seq_length": 1026,
     "layernorm_epsilon": 1e-5,
@@ -35,7 +34,7 @@ class LoadedCheckpoint:
     path: Path
     """The file or folder given."""
     tensors: dict[str, torch.Tensor]
-    """bionemo tensor names (see ``bionemo.esm2.weights.expected_shapes``), float32 or as stored, on CPU."""
+    """bionemo tensor names (see ``bionemo.esm2.hf.bionemo_shapes``), float32 or as stored, on CPU."""
     model: dict[str, Any]
     """``ESM2Config`` settings: shape, ``seq_length``, ``token_dropout``, layer-norm epsilon, dropout."""
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -47,26 +46,16 @@ class LoadedCheckpoint:
 
 
 def check_tensors(tensors: dict[str, torch.Tensor], model: dict[str, Any], where: str) -> None:
-    """Every tensor the model needs is there, with the shape ``model`` implies, and finite.
+    """Every tensor the model needs is there, with exactly the shape ``model`` implies, and finite.
 
     Raises:
-        CheckpointError: Naming the missing tensors, or the tensor, its shape and the expected one, or the
-            tensor holding NaN/Inf.
+        CheckpointError: ``where``, then the missing tensors, or the tensor with its shape and the expected one,
+            or the tensor holding NaN/Inf (``bionemo.esm2.hf.check_bionemo_tensors``).
     """
-    expected = expected_shapes(model)
-    missing = [name for name in expected if name not in tensors]
-    if missing:
-        shown = ", ".join(missing[:10]) + (f" and {len(missing) - 10} more" if len(missing) > 10 else "")
-        raise CheckpointError(f"{where} lacks {len(missing)} model tensor(s): {shown}")
-    for name, shape in expected.items():
-        found = tuple(tensors[name].shape)
-        if found != shape:
-            raise CheckpointError(
-                f"{where}: tensor {name} has shape {found}, but the model config "
-                f"({', '.join(f'{k}={model[k]}' for k in _MODEL_KEYS if k in model)}) needs {shape}"
-            )
-        if tensors[name].is_floating_point() and not bool(torch.isfinite(tensors[name]).all()):
-            raise CheckpointError(f"{where}: tensor {name} holds NaN or Inf values; the file is damaged")
+    try:
+        check_bionemo_tensors(tensors, model, padded_vocab=False)
+    except CheckpointError as error:
+        raise CheckpointError(f"{where}: {error}") from None
 
 
 def load_checkpoint(path: Path) -> LoadedCheckpoint:
@@ -83,8 +72,8 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
         )
     _refuse_training_checkpoint(path)
     if is_hf_folder(path):
-        tensors, model, notes = load_hf_checkpoint(path, 33)  # vocabulary padding comes when applied
-        check_tensors(tensors, model, f"Hugging Face checkpoint {path}")
+        # checked there: names, shapes against config.json, NaN/Inf; vocabulary padding comes when applied
+        tensors, model, notes = load_hf_checkpoint(path, 33)
         return LoadedCheckpoint(path=path, tensors=tensors, model=model, notes=notes, source="huggingface")
     try:
         metadata = read_metadata(path)

@@ -35,11 +35,15 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from bionemo.esm2.tokenizer import ESM_TOKENS
+
 __all__ = [
     "ESM_VOCAB",
     "HF_WEIGHT_FILES",
     "CheckpointError",
+    "bionemo_shapes",
     "bionemo_to_hf",
+    "check_bionemo_tensors",
     "hf_config",
     "hf_to_bionemo",
     "is_hf_folder",
@@ -50,11 +54,7 @@ __all__ = [
     "write_hf_folder",
 ]
 
-ESM_VOCAB = (
-    "<cls>", "<pad>", "<eos>", "<unk>",
-    "L", "A", "G", "V", "S", "E", "R", "T", "I", "D", "P", "K", "Q", "N", "F", "Y", "M", "H", "W", "C",
-    "X", "B", "U", "Z", "O", ".", "-", "<null_1>", "<mask>",
-)  # fmt: skip
+ESM_VOCAB = ESM_TOKENS
 """ESM-2's 33 tokens in id order (Hugging Face's ``vocab.txt``)."""
 
 VOCAB_SIZE = len(ESM_VOCAB)
@@ -457,8 +457,8 @@ def hf_to_bionemo(
     return ours, notes
 
 
-def _bionemo_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of the bionemo tensors (vocabulary rows: 33, more are allowed)."""
+def bionemo_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every whole bionemo tensor of an ESM-2 with ``model`` settings (33 vocabulary rows)."""
     h = int(model["hidden_size"])
     shapes: dict[str, tuple[int, ...]] = {"embedding.word_embeddings.weight": (VOCAB_SIZE, h)}
     hf = _hf_shapes(model)
@@ -469,6 +469,34 @@ def _bionemo_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
         shapes[mine] = hf[theirs]
     shapes["output_layer.bias"] = (VOCAB_SIZE,)
     return shapes
+
+
+def check_bionemo_tensors(
+    tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any], *, padded_vocab: bool = True
+) -> None:
+    """Every bionemo tensor ``model`` needs is there, floating point, of the shape it implies, and finite.
+
+    Args:
+        tensors: Whole bionemo tensors.
+        model: bionemo model settings.
+        padded_vocab: Accept more than 33 vocabulary rows (megatron's padding), as a model's state holds them.
+
+    Raises:
+        CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or NaN/Inf.
+    """
+    shapes = bionemo_shapes(model)
+    missing = [name for name in shapes if name not in tensors]
+    if missing:
+        raise CheckpointError(f"{len(missing)} bionemo tensor(s) are missing: {_listing(missing)}")
+    for name, shape in shapes.items():
+        value = tensors[name]
+        found = tuple(value.shape)
+        vocab_rows = padded_vocab and name in ("embedding.word_embeddings.weight", "output_layer.bias")
+        if found != shape and not (vocab_rows and found[1:] == shape[1:] and found[0] >= VOCAB_SIZE):
+            raise CheckpointError(f"tensor {name} has shape {found}, the config needs {shape} ({_config_text(model)})")
+        if not value.is_floating_point():
+            raise CheckpointError(f"tensor {name} has dtype {value.dtype}; model weights are floating point")
+        _check_finite(name, value)
 
 
 def _rotary_inv_freq(head_dim: int) -> torch.Tensor:
@@ -491,19 +519,7 @@ def bionemo_to_hf(tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any])
     Raises:
         CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or NaN/Inf.
     """
-    shapes = _bionemo_shapes(model)
-    missing = [name for name in shapes if name not in tensors]
-    if missing:
-        raise CheckpointError(f"{len(missing)} bionemo tensor(s) are missing: {_listing(missing)}")
-    for name, shape in shapes.items():
-        value = tensors[name]
-        found = tuple(value.shape)
-        vocab_rows = name in ("embedding.word_embeddings.weight", "output_layer.bias")
-        if found != shape and not (vocab_rows and found[1:] == shape[1:] and found[0] >= VOCAB_SIZE):
-            raise CheckpointError(f"tensor {name} has shape {found}, the config needs {shape} ({_config_text(model)})")
-        if not value.is_floating_point():
-            raise CheckpointError(f"tensor {name} has dtype {value.dtype}; model weights are floating point")
-        _check_finite(name, value)
+    check_bionemo_tensors(tensors, model)
 
     def get(name: str) -> torch.Tensor:
         return tensors[name].detach().to("cpu", torch.float32)

@@ -18,7 +18,6 @@ from bionemo.recipes.settings import SettingsError
 __all__ = [
     "VOCAB_ROWS",
     "apply_weights",
-    "expected_shapes",
     "full_state_dict",
     "read_metadata",
     "read_weights",
@@ -28,31 +27,6 @@ __all__ = [
 
 VOCAB_ROWS = ("embedding.word_embeddings.weight", "output_layer.bias")
 """Tensors with one row per vocabulary entry (padded inside the model, exactly ``vocab_size`` rows in files)."""
-
-
-def expected_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every tensor of a whole ESM-2 model with ``model`` settings (vocabulary unpadded)."""
-    h, f, v = model["hidden_size"], model["ffn_hidden_size"], model.get("vocab_size", 33)
-    shapes: dict[str, tuple[int, ...]] = {"embedding.word_embeddings.weight": (v, h)}
-    for i in range(model["num_layers"]):
-        layer = f"decoder.layers.{i}."
-        for norm in ("input_layernorm", "pre_mlp_layernorm"):
-            shapes[f"{layer}{norm}.weight"] = shapes[f"{layer}{norm}.bias"] = (h,)
-        shapes[f"{layer}self_attention.linear_qkv.weight"], shapes[f"{layer}self_attention.linear_qkv.bias"] = (
-            (3 * h, h),
-            (3 * h,),
-        )
-        shapes[f"{layer}self_attention.linear_proj.weight"], shapes[f"{layer}self_attention.linear_proj.bias"] = (
-            (h, h),
-            (h,),
-        )
-        shapes[f"{layer}mlp.linear_fc1.weight"], shapes[f"{layer}mlp.linear_fc1.bias"] = (f, h), (f,)
-        shapes[f"{layer}mlp.linear_fc2.weight"], shapes[f"{layer}mlp.linear_fc2.bias"] = (h, f), (h,)
-    for norm in ("decoder.final_layernorm", "lm_head.layer_norm"):
-        shapes[f"{norm}.weight"] = shapes[f"{norm}.bias"] = (h,)
-    shapes["lm_head.dense.weight"], shapes["lm_head.dense.bias"] = (h, h), (h,)
-    shapes["output_layer.bias"] = (v,)
-    return shapes
 
 
 def unpadded(tensors: Mapping[str, torch.Tensor], vocab_size: int) -> dict[str, torch.Tensor]:
