@@ -1,6 +1,5 @@
 """Hugging Face ESM-2 folders through the CLI: predict, convert both ways, train from them, refuse bad ones."""
 
-import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +9,7 @@ from typer.testing import CliRunner
 
 from bionemo.cli.app import app
 from bionemo.recipes.outputs import read_predictions
-from support.hf_esm import hf_outputs, random_hf_esm, random_sequences
+from support.hf_esm import edit_weights, hf_outputs, mutate_config, random_hf_esm, random_sequences
 
 runner = CliRunner()
 
@@ -106,18 +105,6 @@ def test_train_from_a_hugging_face_folder_starts_from_its_weights(tmp_path):
         torch.testing.assert_close(trained[name], value, rtol=0, atol=1e-6, msg=name)
 
 
-def _mutate_config(folder: Path, **changes) -> None:
-    config = json.loads((folder / "config.json").read_text())
-    config.update(changes)
-    (folder / "config.json").write_text(json.dumps(config))
-
-
-def _edit_weights(folder: Path, edit) -> None:
-    tensors = load_file(folder / "model.safetensors")
-    edit(tensors)
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-
-
 def _nan(tensors):
     tensors["esm.encoder.layer.1.intermediate.dense.weight"][3, 4] = float("nan")
 
@@ -133,13 +120,13 @@ def _truncate(folder: Path) -> None:
 
 BAD_FOLDERS = {
     "no config.json": (lambda f: (f / "config.json").unlink(), "config.json"),
-    "another model type": (lambda f: _mutate_config(f, model_type="bert"), "bert"),
+    "another model type": (lambda f: mutate_config(f, model_type="bert"), "bert"),
     "shapes disagree": (
-        lambda f: _mutate_config(f, intermediate_size=100), "esm.encoder.layer.0.intermediate.dense.weight"
+        lambda f: mutate_config(f, intermediate_size=100), "esm.encoder.layer.0.intermediate.dense.weight"
     ),
-    "missing tensor": (lambda f: _edit_weights(f, _drop), "esm.encoder.layer.0.attention.self.key.weight"),
+    "missing tensor": (lambda f: edit_weights(f, _drop), "esm.encoder.layer.0.attention.self.key.weight"),
     "truncated file": (_truncate, "cannot be read"),
-    "NaN weights": (lambda f: _edit_weights(f, _nan), "NaN"),
+    "NaN weights": (lambda f: edit_weights(f, _nan), "NaN"),
 }  # fmt: skip
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 
 from bionemo.esm2.hf import (
     ESM_VOCAB,
@@ -21,6 +21,7 @@ from bionemo.esm2.hf import (
     read_hf_tensors,
     write_hf_folder,
 )
+from support.hf_esm import edit_weights, mutate_config
 
 transformers = pytest.importorskip("transformers")
 
@@ -249,18 +250,6 @@ def test_is_hf_folder(tmp_path):
 # ------------------------------------------------------------------------------------------------- bad input
 
 
-def _mutate_config(folder: Path, **changes) -> None:
-    config = json.loads((folder / "config.json").read_text())
-    config.update(changes)
-    (folder / "config.json").write_text(json.dumps(config))
-
-
-def _edit_weights(folder: Path, edit) -> None:
-    tensors = load_file(folder / "model.safetensors")
-    edit(tensors)
-    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
-
-
 def _drop_key(tensors) -> None:
     del tensors["esm.encoder.layer.0.attention.self.key.weight"]
 
@@ -281,22 +270,22 @@ def _truncate(folder: Path) -> None:
 BAD_FOLDERS = {
     "no config.json": (lambda f: (f / "config.json").unlink(), ["config.json", "model.safetensors"]),
     "broken json": (lambda f: (f / "config.json").write_text("{"), ["config.json", "JSON"]),
-    "model_type bert": (lambda f: _mutate_config(f, model_type="bert"), ["'bert'", "esm"]),
-    "absolute positions": (lambda f: _mutate_config(f, position_embedding_type="absolute"), ["rotary", "ESM-1"]),
-    "layer norm before": (lambda f: _mutate_config(f, emb_layer_norm_before=True), ["emb_layer_norm_before"]),
-    "esmfold": (lambda f: _mutate_config(f, is_folding_model=True), ["ESMFold"]),
-    "vocab 35": (lambda f: _mutate_config(f, vocab_size=35), ["vocab_size 35", "33"]),
-    "heads do not divide": (lambda f: _mutate_config(f, num_attention_heads=5), ["not divisible", "5"]),
+    "model_type bert": (lambda f: mutate_config(f, model_type="bert"), ["'bert'", "esm"]),
+    "absolute positions": (lambda f: mutate_config(f, position_embedding_type="absolute"), ["rotary", "ESM-1"]),
+    "layer norm before": (lambda f: mutate_config(f, emb_layer_norm_before=True), ["emb_layer_norm_before"]),
+    "esmfold": (lambda f: mutate_config(f, is_folding_model=True), ["ESMFold"]),
+    "vocab 35": (lambda f: mutate_config(f, vocab_size=35), ["vocab_size 35", "33"]),
+    "heads do not divide": (lambda f: mutate_config(f, num_attention_heads=5), ["not divisible", "5"]),
     "hidden size disagrees": (
-        lambda f: _mutate_config(f, hidden_size=32, num_attention_heads=2),
+        lambda f: mutate_config(f, hidden_size=32, num_attention_heads=2),
         ["esm.embeddings.word_embeddings.weight", "(33, 64)", "(33, 32)", "config"],
     ),
     "intermediate size disagrees": (
-        lambda f: _mutate_config(f, intermediate_size=100),
+        lambda f: mutate_config(f, intermediate_size=100),
         ["tensor esm.encoder.layer.0.intermediate.dense.weight has shape (128, 64), the config needs (100, 64)"],
     ),
     "missing tensor": (
-        lambda f: _edit_weights(f, _drop_key),
+        lambda f: edit_weights(f, _drop_key),
         ["esm.encoder.layer.0.attention.self.key.weight", "missing"],
     ),
     "truncated file": (_truncate, ["model.safetensors", "cannot be read"]),
@@ -304,8 +293,8 @@ BAD_FOLDERS = {
         lambda f: (f / "model.safetensors").unlink(),
         ["no weights", "model.safetensors", "pytorch_model.bin", "pytorch_model.bin.index.json"],
     ),
-    "NaN weight": (lambda f: _edit_weights(f, _nan), ["esm.encoder.layer.1.intermediate.dense.weight", "NaN"]),
-    "Inf bias": (lambda f: _edit_weights(f, _inf), ["lm_head.bias", "Inf"]),
+    "NaN weight": (lambda f: edit_weights(f, _nan), ["esm.encoder.layer.1.intermediate.dense.weight", "NaN"]),
+    "Inf bias": (lambda f: edit_weights(f, _inf), ["lm_head.bias", "Inf"]),
 }
 
 

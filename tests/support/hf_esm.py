@@ -1,8 +1,11 @@
-"""Small random Hugging Face ESM-2 models built in the test (nothing downloaded), and inputs for them."""
+"""Small random Hugging Face ESM-2 models built in the test (nothing downloaded), inputs for them, damage to them."""
 
+import json
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from safetensors.torch import load_file, save_file
 
 RESIDUES = "LAGVSERTIDPKQNFYMHWCXBUZO"
 
@@ -51,6 +54,20 @@ def random_hf_esm(
     if path is not None:
         model.save_pretrained(path, safe_serialization=safetensors)
     return model
+
+
+def mutate_config(folder: Path, **changes) -> None:
+    """Change entries of a Hugging Face folder's ``config.json``."""
+    config = json.loads((folder / "config.json").read_text())
+    config.update(changes)
+    (folder / "config.json").write_text(json.dumps(config))
+
+
+def edit_weights(folder: Path, edit: Callable[[dict[str, torch.Tensor]], None]) -> None:
+    """Rewrite a Hugging Face folder's ``model.safetensors`` after ``edit`` changed its tensors in place."""
+    tensors = load_file(folder / "model.safetensors")
+    edit(tensors)
+    save_file(tensors, str(folder / "model.safetensors"), metadata={"format": "pt"})
 
 
 def random_sequences(count: int, seed: int = 0, low: int = 5, high: int = 40) -> list[str]:
