@@ -63,17 +63,13 @@ def make_predict_step(
             residue_mask[:, 0] = False  # <cls>
             residue_mask[torch.arange(len(real), device=real.device), real.sum(dim=1) - 1] = False  # <eos>
             weights = residue_mask.unsqueeze(-1).float()
-            per_layer = {"": hidden, **{f".layer{k}": extra[k] for k in wanted}}
+            per_layer = {"": hidden, **{f".layer{k}": hidden if k == last else extra[k] for k in layers}}
             for suffix, states in per_layer.items():
-                states = states.transpose(0, 1).float()  # [b, s, h]
+                states = states.transpose(0, 1).float() * weights  # [b, s, h], zero outside residues
                 if embeddings or suffix:
-                    out["embeddings" + suffix] = (states * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
+                    out["embeddings" + suffix] = states.sum(dim=1) / weights.sum(dim=1).clamp(min=1)
                 if residues:
-                    out["residue_embeddings" + suffix] = (states * weights)[:, 1:-1]
-            if layers and last in layers:
-                out[f"embeddings.layer{last}"] = out["embeddings"] if embeddings else _mean(hidden, weights)
-                if residues:
-                    out[f"residue_embeddings.layer{last}"] = out["residue_embeddings"]
+                    out["residue_embeddings" + suffix] = states[:, 1:-1]
             if cls:
                 out["cls"] = hidden[0].float()
             if logits:
@@ -113,8 +109,3 @@ def _pseudo_loss_sums(model: Any, batch: dict[str, torch.Tensor], mask_id: int) 
         loss = token_cross_entropy(logits, labels, group).sum(dim=1)  # [copies]
         totals.index_add_(0, sequence, loss.float())
     return totals
-
-
-def _mean(hidden: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
-    """Mean of ``hidden [s, b, h]`` over the positions ``weights [b, s, 1]`` marks."""
-    return (hidden.transpose(0, 1).float() * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
