@@ -1,5 +1,6 @@
-"""Lightning callbacks: perplexity logging and prediction writing."""
+"""Lightning callbacks: perplexity logging, prediction writing and timing."""
 
+from bionemo.callbacks.loop_timer import LoopTimer
 from bionemo.callbacks.perplexity import PerplexityLoggingCallback
 from bionemo.callbacks.prediction_writer import (
     DEFAULT_INDEX_KEY,
@@ -11,6 +12,7 @@ from bionemo.callbacks.safetensors_io import save_safetensors_atomically
 
 __all__ = [
     "DEFAULT_INDEX_KEY",
+    "LoopTimer",
     "PerplexityLoggingCallback",
     "PredictionWriter",
     "merge_predictions",

@@ -21,7 +21,7 @@ __all__ = ["DEFAULT_INDEX_KEY", "PredictionWriter", "merge_predictions", "predic
 DEFAULT_INDEX_KEY = "sample_index"
 """Key of the ``[b]`` integer tensor holding each sample's position in the input."""
 
-_FILE_RE = re.compile(r"^predictions_rank(\d+)(?:_batch(\d+))?\.safetensors$")
+_FILE_RE = re.compile(r"^predictions_rank(\d+)(?:_batch(\d+)|_sample(\d+))?\.safetensors$")
 
 
 def prediction_files(output_dir: str | os.PathLike[str], rank: int | None = None) -> list[Path]:
@@ -45,6 +45,8 @@ class PredictionWriter(pl.Callback):
 
     Files: ``predictions_rank{R}_batch{B}.safetensors`` per batch (``write_interval="batch"``) or
     ``predictions_rank{R}.safetensors`` per epoch (``"epoch"``, the outputs of the epoch collated on CPU).
+    With ``keep_existing`` files are named ``predictions_rank{R}_sample{S}.safetensors`` after the first sample
+    position ``S`` they hold instead, so a rerun over the samples no file holds yet adds files and replaces none.
 
     Args:
         output_dir: Directory to write into; created if missing.
@@ -52,6 +54,8 @@ class PredictionWriter(pl.Callback):
         index_key: Key of the sample positions in each prediction.
         overwrite: Remove every earlier prediction file in ``output_dir`` (of any rank) instead of refusing to start.
         groups: Process groups that decide whether this rank writes; ``None`` reads megatron's current ones.
+        keep_existing: Keep earlier prediction files (resuming an interrupted prediction) instead of refusing
+            to start; files are named after their first sample.
     """
 
     def __init__(
@@ -61,8 +65,11 @@ class PredictionWriter(pl.Callback):
         index_key: str = DEFAULT_INDEX_KEY,
         overwrite: bool = False,
         groups: ParallelGroups | None = None,
+        keep_existing: bool = False,
     ) -> None:
         super().__init__()
+        if overwrite and keep_existing:
+            raise ValueError("overwrite=True removes earlier files and keep_existing=True keeps them; choose one")
         valid = (WriteInterval.BATCH.value, WriteInterval.EPOCH.value)
         if str(getattr(write_interval, "value", write_interval)) not in valid:
             raise ValueError(f"write_interval={write_interval!r} is not valid; use one of {list(valid)}")
@@ -70,6 +77,7 @@ class PredictionWriter(pl.Callback):
         self.interval = WriteInterval(getattr(write_interval, "value", write_interval))
         self.index_key = index_key
         self.overwrite = overwrite
+        self.keep_existing = keep_existing
         self._groups = groups
         self._pending: list[dict[str, torch.Tensor]] = []
 
@@ -85,6 +93,8 @@ class PredictionWriter(pl.Callback):
         if not os.access(self.output_dir, os.W_OK):
             raise PermissionError(f"Prediction output directory {self.output_dir} is not writable")
         existing = prediction_files(self.output_dir)
+        if self.keep_existing:
+            return
         if existing and not self.overwrite:
             raise FileExistsError(
                 f"{self.output_dir} already holds predictions ({existing[0].name}, ...); choose another directory "
@@ -112,15 +122,21 @@ class PredictionWriter(pl.Callback):
             return
         prediction = self._checked(outputs)
         if self.interval == WriteInterval.BATCH:
-            self._write(prediction, f"predictions_rank{trainer.global_rank}_batch{batch_idx}.safetensors")
+            self._write(prediction, self._name(trainer.global_rank, f"_batch{batch_idx}", prediction))
         else:
             self._pending.append(prediction)
 
     @override
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self.interval == WriteInterval.EPOCH and self._pending:
-            self._write(batch_collator(self._pending), f"predictions_rank{trainer.global_rank}.safetensors")
+            collated = batch_collator(self._pending)
+            self._write(collated, self._name(trainer.global_rank, "", collated))
         self._pending = []
+
+    def _name(self, rank: int, suffix: str, prediction: Mapping[str, torch.Tensor]) -> str:
+        if self.keep_existing:
+            suffix = f"_sample{int(prediction[self.index_key].min())}"
+        return f"predictions_rank{rank}{suffix}.safetensors"
 
     def _checked(self, outputs: Any) -> dict[str, torch.Tensor]:
         if not isinstance(outputs, Mapping) or not all(

@@ -146,7 +146,18 @@ def predict(
     ] = None,
     write_interval: Annotated[
         WriteIntervalChoice | None,
-        typer.Option("--write-interval", help="When prediction shards are written. Default: epoch."),
+        typer.Option(
+            "--write-interval",
+            help="batch: shards stream to disk as they come and a rerun resumes; epoch: one per device at the end. Default: batch.",
+        ),
+    ] = None,
+    tokens_per_batch: Annotated[
+        int | None,
+        typer.Option(
+            "--tokens-per-batch",
+            min=1,
+            help="Batch length-sorted sequences up to this many tokens (padding included) instead of by count.",
+        ),
     ] = None,
     layer: Annotated[
         list[int] | None,

@@ -10,25 +10,29 @@ from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 __all__ = ["checked_checkpoint", "datamodule", "model_config"]
 
 
-def model_config(model: dict[str, Any], settings: RunSettings):
+def model_config(model: dict[str, Any], settings: RunSettings, *, training: bool = True):
     """The ``ESM2Config`` of ``model`` settings under this run's parallel layout and precision.
 
-    Parameters are bf16 under MegatronStrategy with bf16 precision; Lightning's strategies keep fp32 parameters
-    and autocast.
+    Training: parameters are bf16 under MegatronStrategy with bf16 precision; Lightning's strategies keep fp32
+    parameters and autocast. Prediction: parameters are in the precision's type (bf16, fp16) on every strategy
+    and are not randomly initialized (the checkpoint's weights replace them).
     """
     import torch
 
     from bionemo.esm2.model import ESM2Config
     from bionemo.recipes.trainers import uses_megatron
 
-    bf16 = settings.precision == Precision.BF16 and uses_megatron(settings)
+    bf16 = settings.precision == Precision.BF16 and (uses_megatron(settings, training=training) or not training)
+    fp16 = settings.precision == Precision.FP16 and not training
     return ESM2Config(
         tensor_model_parallel_size=settings.tensor_parallel,
         pipeline_model_parallel_size=settings.pipeline_parallel,
         context_parallel_size=settings.context_parallel,
         use_cpu_initialization=not torch.cuda.is_available(),
         bf16=bf16,
-        params_dtype=torch.bfloat16 if bf16 else torch.float32,
+        fp16=fp16,
+        params_dtype=torch.bfloat16 if bf16 else torch.float16 if fp16 else torch.float32,
+        perform_initialization=training,
         **model,
     )
 

@@ -10,7 +10,16 @@ from torch.utils.data import Dataset
 from bionemo.esm2.readers import SequenceRecord
 from bionemo.esm2.tokenizer import ProteinTokenizer
 
-__all__ = ["MaskedProteinDataset", "PredictionDataset", "collate_proteins", "data_step", "mask_tokens"]
+__all__ = [
+    "MaskedProteinDataset",
+    "PredictionBatches",
+    "PredictionDataset",
+    "collate_proteins",
+    "data_step",
+    "first_item",
+    "length_sorted_batches",
+    "mask_tokens",
+]
 
 
 class MaskedProteinDataset(Dataset):
@@ -76,6 +85,67 @@ class PredictionDataset(Dataset):
         return {"tokens": ids, "masked_tokens": masked, "labels": labels, "sample_index": torch.tensor(item)}
 
 
+def length_sorted_batches(
+    lengths: Sequence[int], *, tokens_per_batch: int | None = None, batch_size: int | None = None
+) -> list[list[int]]:
+    """Group sample positions into batches of similar length, longest first (little padding, OOM shows early).
+
+    Samples are sorted by ``lengths`` (tokens, ``<cls>`` and ``<eos>`` included), longest first, ties in input
+    order, and cut greedily: a batch takes the next sample while its padded size (samples x its longest)
+    stays within ``tokens_per_batch`` and it holds fewer than ``batch_size`` samples. The plan depends only on
+    the lengths and the limits.
+
+    Raises:
+        ValueError: Neither limit given, a limit below 1, or a sample longer than ``tokens_per_batch``.
+    """
+    if tokens_per_batch is None and batch_size is None:
+        raise ValueError("give tokens_per_batch or batch_size")
+    if (tokens_per_batch is not None and tokens_per_batch < 1) or (batch_size is not None and batch_size < 1):
+        raise ValueError(f"tokens_per_batch={tokens_per_batch} and batch_size={batch_size} must be at least 1")
+    order = sorted(range(len(lengths)), key=lambda i: (-lengths[i], i))
+    if order and tokens_per_batch is not None and lengths[order[0]] > tokens_per_batch:
+        raise ValueError(
+            f"tokens_per_batch={tokens_per_batch} is less than the longest sample's {lengths[order[0]]} tokens "
+            f"(sample {order[0]}); give at least {lengths[order[0]]}"
+        )
+    batches: list[list[int]] = []
+    for index in order:
+        current = batches[-1] if batches else None
+        fits = current is not None and (batch_size is None or len(current) < batch_size)
+        if fits and tokens_per_batch is not None:
+            fits = (len(current) + 1) * lengths[current[0]] <= tokens_per_batch  # type: ignore[index]
+        if fits:
+            current.append(index)  # type: ignore[union-attr]
+        else:
+            batches.append([index])
+    return batches
+
+
+class PredictionBatches(Dataset):
+    """Whole prediction batches as items: item ``k`` is the collated batch of samples ``batches[k]``.
+
+    Serve it with one item per micro-batch (``micro_batch_size=1`` and :func:`first_item` as collate): the
+    samplers of Lightning and megatron then deal batches round-robin to data-parallel ranks, and DataLoader
+    workers collate ahead of the model.
+    """
+
+    def __init__(self, samples: Dataset, batches: Sequence[Sequence[int]], pad_id: int) -> None:
+        self.samples = samples
+        self.batches = [list(batch) for batch in batches]
+        self.pad_id = pad_id
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        return collate_proteins([self.samples[i] for i in self.batches[item]], self.pad_id)
+
+
+def first_item(items: list[Any]) -> Any:
+    """Collate for :class:`PredictionBatches`: the one already-collated batch of a micro-batch."""
+    return items[0]
+
+
 def mask_tokens(
     ids: torch.Tensor, tokenizer: ProteinTokenizer, mask_prob: float, generator: torch.Generator
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -102,7 +172,9 @@ _PAD_VALUES = {"labels": -100, "loss_mask": 0}
 def collate_proteins(items: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, torch.Tensor]:
     """Right-pad items into ``[b, s]`` tensors plus an ``attention_mask`` (True on real tokens).
 
-    Token tensors are padded with ``pad_id``, ``labels`` with -100, ``loss_mask`` with 0; scalars are stacked.
+    ``host_lengths`` is a list of each item's token count: a plain list, so that no strategy moves it to the
+    device and steps can plan on the host without waiting for the device. Token tensors are padded with
+    ``pad_id``, ``labels`` with -100, ``loss_mask`` with 0; scalars are stacked.
     """
     length = max(item["tokens"].shape[0] for item in items)
     batch: dict[str, torch.Tensor] = {}
@@ -117,18 +189,24 @@ def collate_proteins(items: list[dict[str, torch.Tensor]], pad_id: int) -> dict[
     batch["attention_mask"] = torch.zeros(len(items), length, dtype=torch.bool)
     for row, item in enumerate(items):
         batch["attention_mask"][row, : item["tokens"].shape[0]] = True
+    batch["host_lengths"] = [item["tokens"].shape[0] for item in items]  # type: ignore[assignment]
     return batch
 
 
-def data_step(dataloader_iter: Iterator[dict[str, torch.Tensor]]) -> dict[str, Any]:
-    """Move one micro-batch to the compute device; ``attention_mask`` becomes None when nothing is padded.
+def data_step(dataloader_iter: Iterator[dict[str, Any]]) -> dict[str, Any]:
+    """Move one micro-batch to the compute device; ``padding`` is the attention mask, or None when nothing is padded.
 
-    Checked on the host, before the copy: torch's flash attention kernel takes no mask, so full-length
-    batches run on it.
+    Decided on the host from ``host_lengths`` (no wait for the device): torch's flash attention kernel takes
+    no mask, so full-length batches run on it. ``host_lengths`` becomes a CPU tensor.
     """
     batch = next(dataloader_iter)
     device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    padded = not bool(batch["attention_mask"].all())
-    moved: dict[str, Any] = {key: value.to(device, non_blocking=True) for key, value in batch.items()}
+    lengths = batch.get("host_lengths")
+    host_lengths = torch.as_tensor(lengths) if lengths is not None else batch["attention_mask"].sum(dim=1).cpu()
+    padded = bool(host_lengths.min() != batch["attention_mask"].shape[1])
+    moved: dict[str, Any] = {
+        key: value.to(device, non_blocking=True) for key, value in batch.items() if isinstance(value, torch.Tensor)
+    }
     moved["padding"] = moved["attention_mask"] if padded else None
+    moved["host_lengths"] = host_lengths
     return moved

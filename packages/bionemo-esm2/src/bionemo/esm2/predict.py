@@ -2,10 +2,11 @@
 
 import json
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bionemo.esm2._common import checked_checkpoint, datamodule, model_config
+from bionemo.esm2._common import checked_checkpoint, model_config
 from bionemo.recipes.settings import Include, Precision, RunSettings, SettingsError
 
 __all__ = ["predict"]
@@ -29,7 +30,7 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
         raise SettingsError(
             "model settings apply to training; prediction reads the model from --checkpoint", "--config"
         )
-    check_hardware(settings)
+    check_hardware(settings, training=False)
     checkpoint = checked_checkpoint(settings.checkpoint or BUNDLED_CHECKPOINT)
     if "recipe" in settings.model_fields_set:
         check_same_shape(checkpoint.model, defaults["model"], recipe, checkpoint.path)
@@ -73,123 +74,177 @@ def _predict(
     out: Path,
     layers: list[int],
 ) -> list[tuple[str, str]]:
-    import functools
-
-    import torch
-    from lightning.pytorch.callbacks import RichProgressBar
-
-    from bionemo.callbacks import PredictionWriter, merge_predictions
-    from bionemo.esm2.data import PredictionDataset, data_step
-    from bionemo.esm2.steps import make_predict_step
-    from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.esm2.weights import apply_weights
-    from bionemo.lightning import BionemoLightningModule, default_megatron_optimizer
-    from bionemo.recipes.outputs import write_predictions
-    from bionemo.recipes.trainers import build_trainer, is_launching_rank
+    from bionemo.callbacks import prediction_files
+    from bionemo.esm2.prediction_shards import fingerprint, finished_samples, remaining
+    from bionemo.recipes.outputs import assemble_predictions
+    from bionemo.recipes.trainers import is_launching_rank
 
     shards = out / "shards"
-    if is_launching_rank() and shards.exists():
-        shutil.rmtree(shards)  # a rerun replaces an interrupted one's partial shards
-    include = set(settings.include)
+    outputs = {
+        "include": sorted(i.value for i in settings.include),
+        "layers": layers,
+        "output_dtype": settings.output_dtype.value,
+        "precision": settings.precision.value if settings.precision else "32",
+    }
+    stamp = fingerprint(checkpoint.path, records, outputs)
+    todo = remaining(len(records), finished_samples(shards, stamp, owner=is_launching_rank()))
+    timing = _run_prediction(settings, defaults, checkpoint, records, todo, shards, layers) if todo else {}
+    if not is_launching_rank() or timing.get("rank", 0) != 0:
+        return []
+    path = assemble_predictions(
+        out / "predictions.safetensors",
+        prediction_files(shards),
+        [len(r.sequence) for r in records],
+        [r.id for r in records],
+        {"recipe": json.dumps(recipe), "checkpoint": json.dumps(str(checkpoint.path))},
+    )
+    shutil.rmtree(shards, ignore_errors=True)
+    return _summarize(settings, checkpoint, records, out, path, timing, resumed=len(records) - len(todo))
+
+
+def _run_prediction(
+    settings: RunSettings,
+    defaults: dict[str, Any],
+    checkpoint: Any,
+    records: list,
+    todo: Sequence[int],
+    shards: Path,
+    layers: list[int],
+) -> dict[str, Any]:
+    """Predict the records at positions ``todo`` into ``shards``; this rank's number and the loop's timing."""
+    import functools
+
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from bionemo.callbacks import LoopTimer, PredictionWriter
+    from bionemo.esm2.data import PredictionBatches, PredictionDataset, data_step, first_item
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+    from bionemo.esm2.weights import apply_weights
+    from bionemo.lightning import BionemoLightningModule, MegatronDataModule, default_megatron_optimizer
+    from bionemo.recipes.trainers import accelerator, build_trainer
+
+    tokenizer = ProteinTokenizer()
     module = BionemoLightningModule(
-        model_config(checkpoint.model, settings),
-        forward_step=make_predict_step(
-            embeddings=Include.EMBEDDINGS in include,
-            logits=Include.LOGITS in include,
-            perplexity=Include.PERPLEXITY in include,
-            residues=Include.RESIDUE_EMBEDDINGS in include,
-            cls=Include.CLS in include,
-            pseudo_perplexity=Include.PSEUDO_PERPLEXITY in include,
-            layers=layers,
-            num_layers=checkpoint.model["num_layers"],
-        ),
+        model_config(checkpoint.model, settings, training=False),
+        forward_step=_step(settings, layers, checkpoint.model["num_layers"]),
         data_step=data_step,
         optimizer=default_megatron_optimizer(),
         model_transform=functools.partial(apply_weights, tensors=checkpoint.tensors),
     )
-    data = datamodule(
-        settings,
-        {**defaults, "model": checkpoint.model},
-        predicting=True,
-        predict=PredictionDataset(records, ProteinTokenizer()),
-    )
-    writer = PredictionWriter(shards, settings.write_interval.value, overwrite=True)
-    trainer = build_trainer(settings, training=False, callbacks=[writer, RichProgressBar(leave=True)])
+    gpu = accelerator(settings) == "gpu"
+    data = MegatronDataModule(
+        micro_batch_size=1,  # one item = one whole batch (PredictionBatches)
+        seq_length=checkpoint.model["seq_length"],
+        collate_fn=first_item,
+        num_workers=2 if gpu else 0,
+        pin_memory=gpu,
+        predict=PredictionBatches(PredictionDataset(records, tokenizer), _plan(settings, defaults, records, todo),
+                                  tokenizer.pad_id),
+    )  # fmt: skip
+    clock = LoopTimer()
+    writer = PredictionWriter(shards, settings.write_interval.value, keep_existing=True)
+    trainer = build_trainer(settings, training=False, callbacks=[writer, clock, RichProgressBar(leave=True)])
     trainer.predict(module, datamodule=data, return_predictions=False)
     trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
-    if trainer.global_rank != 0:
-        return []
-    merged = merge_predictions(shards)
-    perplexity = None
-    if Include.PERPLEXITY in include:
-        perplexity = torch.exp(merged.pop("loss_sum") / merged.pop("num_masked").clamp(min=1))
-        merged["perplexity"] = perplexity
-    if Include.PSEUDO_PERPLEXITY in include:
-        lengths = torch.tensor([len(r.sequence) for r in records], dtype=torch.float32)
-        merged["pseudo_perplexity"] = torch.exp(merged.pop("pseudo_loss_sum") / lengths)
-    merged = finish_outputs(merged, [len(r.sequence) for r in records], settings.output_dtype.value)
-    path = write_predictions(
-        out / "predictions.safetensors",
-        merged,
-        [r.id for r in records],
-        {"recipe": recipe, "checkpoint": str(checkpoint.path)},
+    tokens = sum(len(records[i].sequence) + 2 for i in todo)
+    seconds = clock.seconds if clock.seconds is not None else float("nan")
+    return {"rank": trainer.global_rank, "tokens": tokens, "predict_seconds": seconds}
+
+
+def _plan(settings: RunSettings, defaults: dict[str, Any], records: list, todo: Sequence[int]) -> list[list[int]]:
+    """Length-sorted batches of the positions ``todo``: by ``--tokens-per-batch`` and/or the micro-batch size."""
+    from bionemo.esm2.data import length_sorted_batches
+    from bionemo.esm2.recipes import value
+
+    lengths = [len(records[i].sequence) + 2 for i in todo]
+    batch_size = (
+        settings.micro_batch_size if settings.tokens_per_batch else value(settings, defaults, "micro_batch_size")
     )
-    shutil.rmtree(shards, ignore_errors=True)
+    if settings.tokens_per_batch and max(lengths) > settings.tokens_per_batch:
+        longest = max(range(len(todo)), key=lambda k: lengths[k])
+        raise SettingsError(
+            f"--tokens-per-batch {settings.tokens_per_batch} is less than sequence {records[todo[longest]].id}'s "
+            f"{lengths[longest]} tokens (residues + <cls> + <eos>); give at least {lengths[longest]}",
+            "--tokens-per-batch",
+        )
+    batches = length_sorted_batches(lengths, tokens_per_batch=settings.tokens_per_batch, batch_size=batch_size)
+    return [[todo[k] for k in batch] for batch in batches]
+
+
+def _step(settings: RunSettings, layers: list[int], num_layers: int):
+    import torch
+
+    from bionemo.esm2.steps import make_predict_step
+
+    include = set(settings.include)
+    return make_predict_step(
+        embeddings=Include.EMBEDDINGS in include,
+        logits=Include.LOGITS in include,
+        perplexity=Include.PERPLEXITY in include,
+        residues=Include.RESIDUE_EMBEDDINGS in include,
+        cls=Include.CLS in include,
+        pseudo_perplexity=Include.PSEUDO_PERPLEXITY in include,
+        layers=layers,
+        num_layers=num_layers,
+        output_dtype=getattr(torch, settings.output_dtype.value),
+    )
+
+
+def _summarize(
+    settings: RunSettings,
+    checkpoint: Any,
+    records: list,
+    out: Path,
+    path: Path,
+    timing: dict[str, Any],
+    resumed: int,
+) -> list[tuple[str, str]]:
+    """Write ``summary.json`` and return the summary rows printed at the end."""
+    from safetensors import safe_open
+
+    with safe_open(str(path), framework="pt") as f:
+        keys = sorted(f.keys())  # noqa: SIM118 - safe_open is not a mapping
+        means = {key: float(f.get_tensor(key).mean()) for key in ("perplexity", "pseudo_perplexity") if key in keys}
     metadata = checkpoint.metadata
+    truncated = sum(r.truncated_from is not None for r in records)
+    seconds = timing.get("predict_seconds")
     summary = {
         "sequences": len(records),
-        "truncated_sequences": sum(r.truncated_from is not None for r in records),
-        "mean_perplexity": None if perplexity is None else float(perplexity.mean()),
+        "truncated_sequences": truncated,
+        "resumed_sequences": resumed,
+        "mean_perplexity": means.get("perplexity"),
+        "mean_pseudo_perplexity": means.get("pseudo_perplexity"),
         "uniform_baseline_perplexity": 20.0,
         "checkpoint_validation_perplexity": metadata.get("val_ppl"),
         "untrained_validation_perplexity": metadata.get("untrained_val_ppl"),
         "predictions": str(path),
-        "includes": sorted(i.value for i in include),
+        "includes": sorted(i.value for i in settings.include),
+        "tokens": timing.get("tokens", 0),
+        "predict_seconds": seconds,
+        "tokens_per_second": timing["tokens"] / seconds if seconds else None,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1))
-    truncated = sum(r.truncated_from is not None for r in records)
     rows = [("sequences", str(len(records)) + (f" ({truncated} cut by --truncate)" if truncated else ""))]
-    if perplexity is not None:
-        rows += [
-            ("mean masked-token perplexity", f"{summary['mean_perplexity']:.3f}"),
-            ("uniform guess over 20 amino acids", "20.000"),
-        ]
-    if "pseudo_perplexity" in merged:
-        rows.append(
-            ("mean pseudo-perplexity (each residue masked once)", f"{float(merged['pseudo_perplexity'].mean()):.3f}")
-        )
+    if resumed:
+        rows.append(("resumed", f"{resumed} sequences were already predicted by an interrupted run"))
+    if "perplexity" in means:
+        rows += [("mean masked-token perplexity", f"{means['perplexity']:.3f}"),
+                 ("uniform guess over 20 amino acids", "20.000")]  # fmt: skip
+    if "pseudo_perplexity" in means:
+        rows.append(("mean pseudo-perplexity (each residue masked once)", f"{means['pseudo_perplexity']:.3f}"))
     if checkpoint.source == "bionemo":
         rows.append(("validation perplexity at training: trained / untrained", _pair(metadata)))
+    if seconds:
+        speed = f"{summary['tokens_per_second']:,.0f} tokens/s ({timing['tokens']:,} tokens in {seconds:.1f} s)"
+        rows.append(("speed", speed))
     return [
         *rows,
         ("checkpoint", f"{checkpoint.path} ({checkpoint.source})"),
         *(("note", note) for note in checkpoint.notes),
         ("predictions (safetensors)", str(path)),
-        ("contents", ", ".join(["sequence ids", "sample_index", *sorted(k for k in merged if k != "sample_index")])),
+        ("contents", ", ".join(["sequence ids", *keys])),
         ("summary", str(out / "summary.json")),
     ]
-
-
-def finish_outputs(merged: dict[str, Any], lengths: list[int], dtype: str) -> dict[str, Any]:
-    """Per-residue outputs flattened to ``[sum of lengths, h]`` with ``residue_offsets [n + 1]``; floats cast.
-
-    Sequence ``i``'s residues are rows ``residue_offsets[i]:residue_offsets[i + 1]``. Embeddings, ``cls`` and
-    logits are cast to ``dtype``; perplexities stay float32.
-    """
-    import torch
-
-    finished: dict[str, Any] = {}
-    keep = torch.zeros(len(lengths), max(lengths), dtype=torch.bool)
-    for row, length in enumerate(lengths):
-        keep[row, :length] = True
-    for key, value in merged.items():
-        if key.startswith("residue_embeddings"):
-            value = value[:, : keep.shape[1]][keep[:, : value.shape[1]]]
-            finished["residue_offsets"] = torch.tensor([0, *lengths]).cumsum(0)
-        if value.is_floating_point() and not key.endswith("perplexity"):
-            value = value.to(getattr(torch, dtype))
-        finished[key] = value
-    return finished
 
 
 def _pair(metadata: dict[str, Any]) -> str:

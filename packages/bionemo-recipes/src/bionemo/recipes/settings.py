@@ -59,7 +59,9 @@ class RunSettings(BaseModel):
     """Model hyper-parameters to change from the recipe's (training only; from a ``--config`` file)."""
     # predict
     include: list[Include] = Field(default_factory=lambda: [Include.EMBEDDINGS, Include.PERPLEXITY])
-    write_interval: WriteIntervalChoice = WriteIntervalChoice.EPOCH
+    write_interval: WriteIntervalChoice = WriteIntervalChoice.BATCH
+    tokens_per_batch: int | None = Field(None, ge=1)
+    """Prediction batches of length-sorted sequences holding at most this many tokens, padding included."""
     layer: list[int] = Field(default_factory=list)
     """Extra layers to output (0 = embedding output, num_layers = after the final LayerNorm, negatives from the end)."""
     output_dtype: OutputDtype = OutputDtype.FLOAT32

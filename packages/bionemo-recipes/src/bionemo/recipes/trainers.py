@@ -22,14 +22,18 @@ def accelerator(settings: RunSettings) -> str:
     return settings.accelerator.value
 
 
-def uses_megatron(settings: RunSettings) -> bool:
-    """Whether the run goes through NeMo's MegatronStrategy (default on GPUs) or Lightning's own strategies."""
+def uses_megatron(settings: RunSettings, *, training: bool = True) -> bool:
+    """Whether the run goes through NeMo's MegatronStrategy or Lightning's own strategies.
+
+    ``auto`` trains on GPUs with MegatronStrategy; prediction uses it only for tensor, pipeline or context
+    parallelism (one device or data parallelism needs no model-parallel machinery).
+    """
     if settings.strategy == StrategyChoice.AUTO:
-        return accelerator(settings) == "gpu"
+        return accelerator(settings) == "gpu" and (training or settings.model_parallel_size() > 1)
     return settings.strategy == StrategyChoice.MEGATRON
 
 
-def check_hardware(settings: RunSettings) -> None:
+def check_hardware(settings: RunSettings, *, training: bool = True) -> None:
     """Refuse layouts that cannot run here, before any process group starts.
 
     Raises:
@@ -51,11 +55,11 @@ def check_hardware(settings: RunSettings) -> None:
             f"{settings.tensor_parallel} x {settings.pipeline_parallel} x {settings.context_parallel}",
             "--devices",
         )
-    if settings.model_parallel_size() > 1 and not uses_megatron(settings):
+    if settings.model_parallel_size() > 1 and not uses_megatron(settings, training=training):
         raise SettingsError(
             "tensor, pipeline and context parallelism need --strategy megatron (on GPUs)", "--tensor-parallel"
         )
-    if uses_megatron(settings) and chosen == "cpu":
+    if uses_megatron(settings, training=training) and chosen == "cpu":
         raise SettingsError(
             "--strategy megatron needs GPUs (megatron's DDP and optimizers are CUDA-only); on CPU use auto or ddp",
             "--strategy",
@@ -94,7 +98,11 @@ def build_trainer(
     val_check_interval: int | None = None,
     default_root_dir: Path | None = None,
 ) -> Any:
-    """A Lightning Trainer (CPU, DDP) or NeMo Trainer with MegatronStrategy, per ``settings``."""
+    """A Lightning Trainer (CPU, DDP) or NeMo Trainer with MegatronStrategy, per ``settings``.
+
+    Prediction under Lightning's strategies runs at precision 32 whatever ``settings.precision`` says: the
+    recipe builds the model's parameters in that precision's type instead (no autocast on every op).
+    """
     precision = (settings.precision or Precision.FP32).value
     common: dict[str, Any] = {
         "devices": settings.devices,
@@ -115,7 +123,7 @@ def build_trainer(
             limit_val_batches=1.0,
             log_every_n_steps=max(1, min(50, (val_check_interval or 50) // 5)),
         )
-    if uses_megatron(settings):
+    if uses_megatron(settings, training=training):
         from nemo import lightning as nl
 
         strategy = nl.MegatronStrategy(
@@ -139,7 +147,7 @@ def build_trainer(
     return pl.Trainer(
         accelerator=accelerator(settings),
         strategy="ddp" if world > 1 else "auto",
-        precision=precision,
+        precision=precision if training else "32",
         plugins=[SafeCheckpointIO()],
         **common,
     )

@@ -1,0 +1,283 @@
+"""Prediction throughput of ``bionemo run predict`` against Hugging Face transformers, on identical weights.
+
+Per ESM-2 shape: a random ``EsmForMaskedLM`` (seeded, nothing downloaded) saved as a Hugging Face folder, and a
+FASTA (log-normal lengths, median 270, 30-1022 residues, uniform over the 20 amino acids) embedded by
+
+* transformers ``EsmModel`` (bf16, SDPA, ``inference_mode``) in this process: per batch the forward, the mean of
+  ``last_hidden_state`` over residues (no ``<cls>``, ``<eos>``, padding) and its copy to the CPU; batches in
+  input order (32) and length-sorted (fixed sizes; budgets on the padded b x max_len). Tokenized before timing;
+  one untimed warm-up batch per option. The best option is the reference.
+* ``bionemo run predict --checkpoint HF_DIR --include embeddings`` (the same workload; the default adds a
+  perplexity pass) as a subprocess per device count: ``summary.json``'s ``tokens_per_second`` (prediction loop
+  only), else the wall time (the table says which).
+
+Tokens = sum of (length + 2). Targets: ours on 1 GPU >= 2.0x HF's best; 2 GPUs >= 1.9x 1 GPU; start-up (first 32
+sequences, 1 device, command to exit) <= 15 s. Without CUDA, HF runs on the CPU in float32 (bf16 SDPA is slow
+there): a smoke run, not a measurement.
+
+Usage (GPU machine): python tools/bench_predict.py [--shapes 150m,650m --sequences 20000 --devices 1,2
+    --tokens-per-batch 65536 --hf-batch-sizes 32,64,128 --hf-token-budgets 32768,65536 --out DIR --skip-hf]
+CPU smoke: uv run python tools/bench_predict.py --shapes demo --sequences 40 --hf-batch-sizes 8
+    --hf-token-budgets 4096 --tokens-per-batch 4096
+"""
+
+import argparse
+import gc
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from bionemo.esm2.catalog import DEMO_SHAPE, ESM2_SHAPES, ModelShape
+from bionemo.esm2.tokenizer import AMINO_ACIDS, ProteinTokenizer
+
+TOKENIZER = ProteinTokenizer()
+HF_SETTINGS: dict[str, Any] = {
+    "vocab_size": 33, "max_position_embeddings": 1026, "position_embedding_type": "rotary", "token_dropout": True,
+    "mask_token_id": 32, "pad_token_id": 1, "emb_layer_norm_before": False, "layer_norm_eps": 1e-5,
+    "hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0,
+}  # fmt: skip
+"""``EsmConfig`` settings of tests/support/hf_esm.py's ``random_hf_esm``, with ESM-2's LayerNorm epsilon."""
+
+
+def model_shape(key: str) -> ModelShape:
+    if key == "demo":
+        return DEMO_SHAPE
+    if f"esm2-{key}" not in ESM2_SHAPES:
+        valid = ", ".join(["demo", *(name.removeprefix("esm2-") for name in ESM2_SHAPES)])
+        raise SystemExit(f"--shapes: unknown shape {key!r}; valid: {valid}")
+    return ESM2_SHAPES[f"esm2-{key}"]
+
+
+def random_proteins(count: int, seed: int) -> list[str]:
+    """Log-normal lengths (median 270, sigma 0.6) clipped to 30-1022, residues uniform over 20 amino acids."""
+    rng = np.random.default_rng(seed)
+    lengths = np.clip(np.rint(rng.lognormal(math.log(270), 0.6, count)), 30, 1022).astype(np.int64)
+    letters = np.frombuffer(AMINO_ACIDS.encode(), dtype=np.uint8)
+    text = letters[rng.integers(0, len(AMINO_ACIDS), int(lengths.sum()))].tobytes().decode()
+    ends = np.cumsum(lengths).tolist()
+    return [text[end - n : end] for end, n in zip(ends, lengths.tolist(), strict=True)]
+
+
+def write_fasta(path: Path, sequences: list[str]) -> Path:
+    path.write_text("".join(f">seq{i}\n{s}\n" for i, s in enumerate(sequences)))
+    return path
+
+
+def save_random_hf(folder: Path, shape: ModelShape, seed: int) -> None:
+    """A random ``EsmForMaskedLM`` of ``shape`` with the test suite's settings (tests/support/hf_esm.py)."""
+    from transformers import EsmConfig, EsmForMaskedLM
+
+    config = EsmConfig(
+        **HF_SETTINGS,
+        hidden_size=shape.hidden_size,
+        num_hidden_layers=shape.num_layers,
+        num_attention_heads=shape.num_attention_heads,
+        intermediate_size=shape.ffn_hidden_size,
+    )
+    torch.manual_seed(seed)
+    EsmForMaskedLM(config).save_pretrained(folder, safe_serialization=True)
+
+
+def hf_plans(lengths: list[int], batch_sizes: list[int], budgets: list[int]) -> dict[str, list[list[int]]]:
+    """Batches of sequence indices per batching option (length-sorted ones longest first)."""
+    chunk = lambda order, size: [order[i : i + size] for i in range(0, len(order), size)]  # noqa: E731
+    by_length = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    plans = {"input order, batch 32": chunk(list(range(len(lengths))), 32)}
+    plans |= {f"sorted, batch {size}": chunk(by_length, size) for size in batch_sizes}
+    for budget in budgets:
+        batches: list[list[int]] = []
+        for i in by_length:  # longest first: a batch's first sequence sets its padded length
+            if batches and (len(batches[-1]) + 1) * (lengths[batches[-1][0]] + 2) <= budget:
+                batches[-1].append(i)
+            else:
+                batches.append([i])
+        plans[f"sorted, <= {budget} padded tokens"] = batches
+    return plans
+
+
+def hf_batch(model: Any, encoded: list[torch.Tensor], device: torch.device) -> torch.Tensor:
+    """Mean last hidden state over residues, ``[b, h]`` float32 on the CPU."""
+    ids = torch.nn.utils.rnn.pad_sequence(encoded, batch_first=True, padding_value=TOKENIZER.pad_id).to(device)
+    attention = ids != TOKENIZER.pad_id
+    hidden = model(input_ids=ids, attention_mask=attention).last_hidden_state
+    residues = (attention & (ids != TOKENIZER.cls_id) & (ids != TOKENIZER.eos_id)).unsqueeze(-1)
+    return ((hidden.float() * residues).sum(1) / residues.sum(1)).cpu()
+
+
+def hf_seconds(model: Any, encoded: list[torch.Tensor], batches: list[list[int]], device: torch.device) -> float:
+    synchronize = torch.cuda.synchronize if device.type == "cuda" else lambda: None
+    with torch.inference_mode():
+        hf_batch(model, [encoded[i] for i in batches[0]], device)  # warm-up, not timed
+        synchronize()
+        start = time.perf_counter()
+        for batch in batches:
+            hf_batch(model, [encoded[i] for i in batch], device)
+        synchronize()
+    return time.perf_counter() - start
+
+
+def bench_hf(folder: Path, sequences: list[str], args: argparse.Namespace, tokens: int) -> tuple[dict, torch.Tensor]:
+    """Tokens/s per batching option (``"OOM"`` where CUDA ran out of memory); the first 32 embeddings."""
+    from transformers import EsmModel
+    from transformers.utils import logging
+
+    logging.set_verbosity_error()  # the LM head's weights are unused by EsmModel; no need to say so
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    model = EsmModel.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa", add_pooling_layer=False)
+    model = model.eval().to(device)  # pyright: ignore[reportArgumentType]
+    encoded = [TOKENIZER.encode(s) for s in sequences]
+    plans = hf_plans([len(s) for s in sequences], args.hf_batch_sizes, args.hf_token_budgets)
+    results: dict[str, float | str] = {}
+    for name, batches in plans.items():
+        try:
+            results[name] = tokens / hf_seconds(model, encoded, batches, device)
+        except torch.OutOfMemoryError:
+            results[name] = "OOM"
+        gc.collect()
+        torch.cuda.empty_cache()  # a no-op without CUDA
+    with torch.inference_mode():
+        reference = hf_batch(model, encoded[:32], device)
+    del model
+    gc.collect()
+    torch.cuda.empty_cache()
+    return results, reference
+
+
+def batch_flags(tokens_per_batch: int) -> list[str]:
+    """``--tokens-per-batch N`` when ``run predict`` has it, else ``--micro-batch-size 32``."""
+    cmd = [sys.executable, "-m", "bionemo.cli", "run", "predict", "--help"]
+    wide = {**os.environ, "COLUMNS": "250"}  # rich cuts long option names in a narrow terminal
+    help_text = subprocess.run(cmd, capture_output=True, text=True, env=wide).stdout
+    if "--tokens-per-batch" in help_text:
+        return ["--tokens-per-batch", str(tokens_per_batch)]
+    return ["--micro-batch-size", "32"]
+
+
+def run_ours(folder: Path, fasta: Path, out: Path, devices: int, flags: list[str], tokens: int) -> dict[str, Any]:
+    """One ``bionemo run predict`` subprocess: wall seconds, tokens/s and where that figure comes from."""
+    cmd = [sys.executable, "-m", "bionemo.cli", "run", "predict", "--checkpoint", str(folder), "--data", str(fasta)]
+    cmd += ["--output-dir", str(out), "--devices", str(devices), "--include", "embeddings", *flags]
+    log = out.with_suffix(".log")
+    shutil.rmtree(out, ignore_errors=True)  # run predict resumes from a previous run's shards
+    start = time.perf_counter()
+    with log.open("w") as handle:
+        code = subprocess.run(cmd, stdout=handle, stderr=subprocess.STDOUT).returncode
+    wall = time.perf_counter() - start
+    if code != 0:
+        return {"wall_s": wall, "tokens_per_s": None, "source": f"FAILED (exit {code}, see {log})"}
+    summary = json.loads((out / "summary.json").read_text())
+    if "tokens_per_second" not in summary:
+        return {"wall_s": wall, "tokens_per_s": tokens / wall, "source": "WALL TIME (no tokens_per_second in summary)"}
+    source = "predict loop" if summary.get("tokens") == tokens else f"predict loop, but {summary.get('tokens')} tokens"
+    return {"wall_s": wall, "tokens_per_s": summary["tokens_per_second"], "source": source, "summary": summary}
+
+
+def bench_shape(key: str, sequences: list[str], fasta: Path, args: argparse.Namespace) -> dict[str, Any]:
+    tokens = sum(len(s) + 2 for s in sequences)
+    folder = args.out / f"hf-{key}"
+    save_random_hf(folder, model_shape(key), args.seed)
+    hf, reference = ({}, None) if args.skip_hf else bench_hf(folder, sequences, args, tokens)
+    flags = batch_flags(args.tokens_per_batch)
+    result: dict[str, Any] = {"hf": hf, "ours": {}, "ours_batch_flags": flags}
+    for devices in args.devices:
+        result["ours"][devices] = run_ours(folder, fasta, args.out / f"ours-{key}-{devices}", devices, flags, tokens)
+    result["max_abs_diff_first_32"] = max_difference(reference, args.out / f"ours-{key}-{args.devices[0]}")
+    first = write_fasta(args.out / "first32.fasta", sequences[:32])
+    start_up = run_ours(folder, first, args.out / f"startup-{key}", 1, flags, sum(len(s) + 2 for s in sequences[:32]))
+    result["startup_wall_s"] = start_up["wall_s"] if start_up["tokens_per_s"] is not None else None
+    measured = {name: value for name, value in result["hf"].items() if isinstance(value, float)}
+    best = max(measured, key=measured.__getitem__) if measured else None
+    result["hf_best"] = {"batching": best, "tokens_per_s": measured[best]} if best else None
+    speed = {k: v["tokens_per_s"] for k, v in result["ours"].items()}
+    result["ratio_ours_1_over_hf_best"] = speed[1] / measured[best] if best and speed.get(1) else None
+    result["ratio_2_over_1"] = speed[2] / speed[1] if speed.get(1) and speed.get(2) else None
+    return result
+
+
+def max_difference(reference: torch.Tensor | None, out: Path) -> float | None:
+    """Largest difference between our first embeddings and HF's (``None`` without either)."""
+    from safetensors.torch import load_file
+
+    path = out / "predictions.safetensors"
+    if reference is None or not path.exists():
+        return None
+    return float((load_file(path)["embeddings"][: len(reference)].float() - reference).abs().max())
+
+
+def _ratio(value: float | None, spec: str = ".2f") -> str:
+    return "n/a" if value is None else format(value, spec)
+
+
+def print_shape(key: str, result: dict[str, Any], tokens: int, device: str) -> None:
+    shape = model_shape(key)
+    print(f"\nesm2-{key} ({shape.num_layers} layers x {shape.hidden_size}); {tokens:,} tokens; HF on {device}")
+    print(f"  {'method':44} {'tokens/s':>12} {'wall s':>8}  note")
+    for name, value in result["hf"].items():
+        figure = f"{value:12,.0f}" if isinstance(value, float) else f"{value:>12}"
+        print(f"  {'HF ' + name:44} {figure} {'':>8}")
+    best = result["hf_best"]
+    if best:
+        print(f"  {'HF best: ' + best['batching']:44} {best['tokens_per_s']:12,.0f}")
+    for devices, ours in result["ours"].items():
+        figure = f"{ours['tokens_per_s']:12,.0f}" if ours["tokens_per_s"] else f"{'-':>12}"
+        print(f"  {f'ours, {devices} device(s)':44} {figure} {ours['wall_s']:8.1f}  {ours['source']}")
+    for name, value in [
+        ("ours batching", " ".join(result["ours_batch_flags"])),
+        ("max |ours - HF|, first 32 embeddings", _ratio(result["max_abs_diff_first_32"], ".1e")),
+        ("ratio ours (1 device) / HF best (target >= 2.0)", _ratio(result["ratio_ours_1_over_hf_best"])),
+        ("ratio ours 2 devices / 1 device (target >= 1.9)", _ratio(result["ratio_2_over_1"])),
+        ("start-up s, first 32 sequences, 1 device (target <= 15)", _ratio(result["startup_wall_s"])),
+    ]:
+        print(f"  {name:57} {value}")
+
+
+def parse_args() -> argparse.Namespace:
+    ints = lambda text: [int(item) for item in text.split(",") if item]  # noqa: E731
+    cuda = torch.cuda.is_available()
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--shapes", type=lambda text: text.split(","), default=["150m", "650m"])
+    parser.add_argument("--sequences", type=int, default=20000)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--devices", type=ints, default=[1], help="device counts for ours, e.g. 1,2")
+    parser.add_argument("--tokens-per-batch", type=int, default=65536 if cuda else 4096)
+    parser.add_argument("--hf-batch-sizes", type=ints, default=[32, 64, 128])
+    parser.add_argument("--hf-token-budgets", type=ints, default=[32768, 65536])
+    parser.add_argument("--out", type=Path, default=None, help="logs, FASTA, models (default: a new temp dir)")
+    parser.add_argument("--skip-hf", action="store_true")
+    args = parser.parse_args()
+    for key in args.shapes:
+        model_shape(key)  # an unknown shape stops here, before any work
+    args.out = args.out or Path(tempfile.mkdtemp(prefix="bench_predict_"))
+    args.out.mkdir(parents=True, exist_ok=True)
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    sequences = random_proteins(args.sequences, args.seed)
+    fasta = write_fasta(args.out / "proteins.fasta", sequences)
+    tokens = sum(len(s) + 2 for s in sequences)
+    device = torch.cuda.get_device_name() + " bf16" if torch.cuda.is_available() else "CPU float32 (smoke run)"
+    print(f"{len(sequences)} sequences, median length {int(np.median([len(s) for s in sequences]))}; out: {args.out}")
+    results: dict[str, Any] = {}
+    for key in args.shapes:
+        results[key] = bench_shape(key, sequences, fasta, args)
+        print_shape(key, results[key], tokens, device)
+        report = {"sequences": len(sequences), "tokens": tokens, "hf_device": device, "shapes": results}
+        (args.out / "bench_predict.json").write_text(json.dumps(report, indent=1, default=str))
+    print(f"\nfigures: {args.out / 'bench_predict.json'}")
+
+
+if __name__ == "__main__":
+    main()
