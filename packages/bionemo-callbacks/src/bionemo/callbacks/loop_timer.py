@@ -10,8 +10,9 @@ __all__ = ["LoopTimer"]
 
 
 class LoopTimer(pl.Callback):
-    """Times ``trainer.predict``'s loop: from ``on_predict_start`` to ``on_predict_end``, CUDA synchronized at both.
+    """Times ``trainer.predict``'s loop: from ``on_predict_start`` to ``on_predict_end``.
 
+    At both ends CUDA is synchronized and every rank waits for the others, so the time covers the slowest rank.
     ``seconds`` is ``None`` until a loop has ended.
     """
 
@@ -23,11 +24,13 @@ class LoopTimer(pl.Callback):
     @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         _synchronize()
+        trainer.strategy.barrier("loop_timer_start")
         self._start = time.perf_counter()
 
     @override
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         _synchronize()
+        trainer.strategy.barrier("loop_timer_end")
         self.seconds = time.perf_counter() - self._start
 
 

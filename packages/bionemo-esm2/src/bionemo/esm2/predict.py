@@ -119,19 +119,21 @@ def _run_prediction(
     from bionemo.callbacks import LoopTimer, PredictionWriter
     from bionemo.esm2.data import PredictionBatches, PredictionDataset, data_step, first_item
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.esm2.weights import apply_weights
     from bionemo.lightning import BionemoLightningModule, MegatronDataModule, default_megatron_optimizer
     from bionemo.recipes.trainers import accelerator, build_trainer
 
     tokenizer = ProteinTokenizer()
+    gpu = accelerator(settings) == "gpu"
+    # No GPU_FUSIONS here: measured on an H200 (tools/bench_predict.py, 150M shape), RoPE compiled for the
+    # varying shapes of length-sorted batches cost more (297k tokens/s, start-up +12 s) than it saved (324k).
+    config = model_config(checkpoint.model, settings, training=False)
     module = BionemoLightningModule(
-        model_config(checkpoint.model, settings, training=False),
+        config,
         forward_step=_step(settings, layers, checkpoint.model["num_layers"]),
         data_step=data_step,
         optimizer=default_megatron_optimizer(),
-        model_transform=functools.partial(apply_weights, tensors=checkpoint.tensors),
+        model_transform=functools.partial(_load_weights, tensors=checkpoint.tensors, dtype=config.params_dtype),
     )
-    gpu = accelerator(settings) == "gpu"
     data = MegatronDataModule(
         micro_batch_size=1,  # one item = one whole batch (PredictionBatches)
         seq_length=checkpoint.model["seq_length"],
@@ -149,6 +151,14 @@ def _run_prediction(
     tokens = sum(len(records[i].sequence) + 2 for i in todo)
     seconds = clock.seconds if clock.seconds is not None else float("nan")
     return {"rank": trainer.global_rank, "tokens": tokens, "predict_seconds": seconds}
+
+
+def _load_weights(model: Any, tensors: dict[str, Any], dtype: Any) -> Any:
+    """The checkpoint's weights, then every parameter in ``dtype`` (megatron's local layer norms are built fp32)."""
+    from bionemo.esm2.weights import apply_weights
+
+    apply_weights(model, tensors)
+    return model.to(dtype)
 
 
 def _plan(settings: RunSettings, defaults: dict[str, Any], records: list, todo: Sequence[int]) -> list[list[int]]:
