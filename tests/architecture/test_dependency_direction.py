@@ -15,10 +15,10 @@ ORDER = ["core", "collate", "losses", "callbacks", "lightning", "recipes", "esm2
 
 # Third-party imports each package may make (import name -> distribution), cumulative along ORDER.
 THIRD_PARTY = {
-    "core": {"torch": "torch"},
+    "core": {"torch": "torch", "safetensors": "safetensors"},
     "collate": {},
     "losses": {"megatron": "megatron-core", "nemo": "nemo-toolkit"},
-    "callbacks": {"lightning": "lightning", "safetensors": "safetensors"},
+    "callbacks": {"lightning": "lightning"},
     "lightning": {},
     "recipes": {"pydantic": "pydantic", "yaml": "pyyaml", "matplotlib": "matplotlib"},
     "esm2": {"rich": "rich"},

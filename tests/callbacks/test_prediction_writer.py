@@ -4,7 +4,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-import bionemo.callbacks.safetensors_io as writer_module
+import bionemo.core.safetensors_io as writer_module
 from bionemo.callbacks import PredictionWriter, merge_predictions, prediction_files
 from bionemo.losses import ParallelGroups
 

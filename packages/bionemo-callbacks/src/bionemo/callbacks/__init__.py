@@ -8,7 +8,7 @@ from bionemo.callbacks.prediction_writer import (
     merge_predictions,
     prediction_files,
 )
-from bionemo.callbacks.safetensors_io import save_safetensors_atomically
+from bionemo.core.safetensors_io import save_safetensors_atomically
 
 __all__ = [
     "DEFAULT_INDEX_KEY",

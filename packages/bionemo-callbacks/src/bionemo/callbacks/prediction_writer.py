@@ -12,8 +12,8 @@ from lightning.pytorch.callbacks.prediction_writer import WriteInterval
 from safetensors.torch import load_file
 from typing_extensions import override
 
-from bionemo.callbacks.safetensors_io import save_safetensors_atomically
 from bionemo.collate import DEFAULT_BATCH_DIMS, batch_collator
+from bionemo.core.safetensors_io import save_safetensors_atomically
 from bionemo.losses import ParallelGroups
 
 __all__ = ["DEFAULT_INDEX_KEY", "PredictionWriter", "merge_predictions", "prediction_files"]

@@ -42,9 +42,23 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
     except InputError as error:
         raise SettingsError(str(error), "--data") from None
     layers = absolute_layers(settings.layer, checkpoint.model["num_layers"])
+    _check_budget(settings.tokens_per_batch, records)
     out = settings.output_dir or Path("bionemo_predictions")
     check_output_dir(out)
     return _predict(settings, defaults, recipe, checkpoint, records, out, layers)
+
+
+def _check_budget(tokens_per_batch: int | None, records: list) -> None:
+    """Every sequence fits into a batch of ``--tokens-per-batch`` tokens."""
+    if not tokens_per_batch or not records:
+        return
+    longest = max(records, key=lambda r: len(r.sequence))
+    if len(longest.sequence) + 2 > tokens_per_batch:
+        raise SettingsError(
+            f"--tokens-per-batch {tokens_per_batch} is less than sequence {longest.id}'s {len(longest.sequence) + 2} "
+            f"tokens (residues + <cls> + <eos>); give at least {len(longest.sequence) + 2}",
+            "--tokens-per-batch",
+        )
 
 
 def absolute_layers(layers: list[int], num_layers: int) -> list[int]:
@@ -170,13 +184,6 @@ def _plan(settings: RunSettings, defaults: dict[str, Any], records: list, todo: 
     batch_size = (
         settings.micro_batch_size if settings.tokens_per_batch else value(settings, defaults, "micro_batch_size")
     )
-    if settings.tokens_per_batch and max(lengths) > settings.tokens_per_batch:
-        longest = max(range(len(todo)), key=lambda k: lengths[k])
-        raise SettingsError(
-            f"--tokens-per-batch {settings.tokens_per_batch} is less than sequence {records[todo[longest]].id}'s "
-            f"{lengths[longest]} tokens (residues + <cls> + <eos>); give at least {lengths[longest]}",
-            "--tokens-per-batch",
-        )
     batches = length_sorted_batches(lengths, tokens_per_batch=settings.tokens_per_batch, batch_size=batch_size)
     return [[todo[k] for k in batch] for batch in batches]
 

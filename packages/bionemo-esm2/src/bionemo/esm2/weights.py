@@ -12,7 +12,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from bionemo.callbacks import save_safetensors_atomically
+from bionemo.core.safetensors_io import save_safetensors_atomically
 from bionemo.recipes.settings import SettingsError
 
 __all__ = [
