@@ -1,5 +1,6 @@
 """Lightning callbacks: perplexity logging, prediction writing and timing."""
 
+from bionemo.callbacks.host_memory import HostMemoryTrim
 from bionemo.callbacks.loop_timer import LoopTimer
 from bionemo.callbacks.perplexity import PerplexityLoggingCallback
 from bionemo.callbacks.prediction_writer import (
@@ -12,6 +13,7 @@ from bionemo.core.safetensors_io import save_safetensors_atomically
 
 __all__ = [
     "DEFAULT_INDEX_KEY",
+    "HostMemoryTrim",
     "LoopTimer",
     "PerplexityLoggingCallback",
     "PredictionWriter",

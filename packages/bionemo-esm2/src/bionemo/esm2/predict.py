@@ -130,7 +130,7 @@ def _run_prediction(
 
     from lightning.pytorch.callbacks import RichProgressBar
 
-    from bionemo.callbacks import LoopTimer, PredictionWriter
+    from bionemo.callbacks import HostMemoryTrim, LoopTimer, PredictionWriter
     from bionemo.esm2.data import PredictionBatches, PredictionDataset, data_step, first_item
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.lightning import BionemoLightningModule, MegatronDataModule, default_megatron_optimizer
@@ -159,7 +159,8 @@ def _run_prediction(
     )  # fmt: skip
     clock = LoopTimer()
     writer = PredictionWriter(shards, settings.write_interval.value, keep_existing=True)
-    trainer = build_trainer(settings, training=False, callbacks=[writer, clock, RichProgressBar(leave=True)])
+    callbacks = [writer, clock, HostMemoryTrim(every_n_batches=8), RichProgressBar(leave=True)]
+    trainer = build_trainer(settings, training=False, callbacks=callbacks)
     trainer.predict(module, datamodule=data, return_predictions=False)
     trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
     tokens = sum(len(records[i].sequence) + 2 for i in todo)
