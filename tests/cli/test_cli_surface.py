@@ -26,7 +26,7 @@ SHARED = {
     "--strategy", "--tensor-parallel", "--pipeline-parallel", "--context-parallel", "--precision",
     "--micro-batch-size", "--global-batch-size", "--truncate",
 }  # fmt: skip
-TRAIN_ONLY = {"--max-steps", "--val-check-interval", "--lr", "--resume", "--seed"}
+TRAIN_ONLY = {"--max-steps", "--val-check-interval", "--lr", "--no-resume", "--seed"}
 PREDICT_ONLY = {"--include", "--write-interval", "--layer", "--output-dtype", "--tokens-per-batch"}
 
 
@@ -44,6 +44,20 @@ def option_names(command_name: str) -> set[str]:
 def test_flag_surface_is_pinned():
     assert option_names("train") == SHARED | TRAIN_ONLY
     assert option_names("predict") == SHARED | PREDICT_ONLY
+
+
+@pytest.mark.parametrize("command_name", ["train", "predict"])
+def test_help_fits_80_columns_with_whole_option_names_and_help_for_each(command_name):
+    import typer.main
+
+    result = runner.invoke(app, ["run", command_name, "--help"], terminal_width=80)
+    assert result.exit_code == 0
+    lines = result.output.splitlines()
+    assert max(len(line) for line in lines) <= 80
+    shown = {word for line in lines for word in line.replace("│", " ").split() if word.startswith("--")}
+    assert option_names(command_name) <= shown  # no name cut to "--pipeline-parall…"
+    command = typer.main.get_command(app).commands["run"].commands[command_name]  # type: ignore[attr-defined]
+    assert [p.name for p in command.params if not getattr(p, "help", None)] == []
 
 
 def test_recipes_list_and_show():
@@ -183,3 +197,17 @@ def test_recipes_from_another_package_are_found_through_entry_points(monkeypatch
     assert recipe_module.load_recipe("my-model").name == "esm2-gpu"
     listed = runner.invoke(app, ["recipes", "list"])
     assert "my-model" in listed.output
+
+
+def test_unset_flags_leave_the_config_file_in_charge(monkeypatch):
+    import bionemo.cli.run as run_module
+
+    seen = {}
+    monkeypatch.setattr(run_module, "_run", lambda command, file, overrides: seen.update({command: overrides}))
+    assert runner.invoke(app, ["run", "train"]).exit_code == 0
+    assert runner.invoke(app, ["run", "predict", "--truncate"]).exit_code == 0
+    assert (seen["train"]["truncate"], seen["train"]["resume"]) == (None, None)
+    assert seen["predict"]["truncate"] is True
+    assert runner.invoke(app, ["run", "train", "--no-resume", "--truncate"]).exit_code == 0
+    assert (seen["train"]["truncate"], seen["train"]["resume"]) == (True, False)
+    assert "no_resume" not in seen["train"]

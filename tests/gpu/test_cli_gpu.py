@@ -52,7 +52,7 @@ def test_train_then_predict(tmp_path, logs, layout, request):
     assert read_metadata(weights)["steps"] == 30
     # --resume continues from the first run's checkpoint to the new --max-steps
     resume_s, output = bionemo(
-        [*run, "--max-steps", "40", "--val-check-interval", "10", "--resume"], logs / f"cli_resume_{name}.log"
+        [*run, "--max-steps", "40", "--val-check-interval", "10"], logs / f"cli_resume_{name}.log"
     )
     restored = [line for line in output.splitlines() if "Restored all states from the checkpoint" in line]
     assert restored, output[-3000:]

@@ -48,10 +48,17 @@ CPOpt = Annotated[
 PrecisionOpt = Annotated[
     Precision | None, typer.Option("--precision", help="Numeric precision. Default: the recipe's.")
 ]
-MBSOpt = Annotated[int | None, typer.Option("--micro-batch-size", min=1)]
-GBSOpt = Annotated[int | None, typer.Option("--global-batch-size", min=1)]
+MBSOpt = Annotated[
+    int | None, typer.Option("--micro-batch-size", min=1, help="Sequences per batch per device. Default: the recipe's.")
+]
+GBSOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--global-batch-size", min=1, help="Sequences per optimizer step, all devices. Default: the recipe's."
+    ),
+]
 TruncateOpt = Annotated[
-    bool | None, typer.Option("--truncate/--no-truncate", help="Cut sequences longer than the model allows.")
+    bool, typer.Option("--truncate", help="Cut sequences longer than the model allows (default: refuse them).")
 ]
 
 
@@ -96,7 +103,7 @@ def train(
     precision: PrecisionOpt = None,
     micro_batch_size: MBSOpt = None,
     global_batch_size: GBSOpt = None,
-    truncate: TruncateOpt = None,
+    truncate: TruncateOpt = False,
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", min=1, help="Optimizer steps. Default: the recipe's.")
     ] = None,
@@ -104,18 +111,17 @@ def train(
         int | None, typer.Option("--val-check-interval", min=1, help="Steps between validations.")
     ] = None,
     lr: Annotated[float | None, typer.Option("--lr", min=0.0, help="Learning rate. Default: the recipe's.")] = None,
-    resume: Annotated[
-        bool | None,
-        typer.Option(
-            "--resume/--no-resume", help="Continue from the last checkpoint in --output-dir. Default: resume."
-        ),
-    ] = None,
+    no_resume: Annotated[
+        bool,
+        typer.Option("--no-resume", help="Start afresh (default: continue from the checkpoint in --output-dir)."),
+    ] = False,
     seed: Annotated[
         int | None, typer.Option("--seed", help="Random seed (data split, masking, init). Default: 0.")
     ] = None,
 ) -> None:
     """Train (or fine-tune) the recipe's model; with no options, trains the demo on synthetic protein families."""
-    overrides = {k: v for k, v in locals().items() if k != "config"}
+    overrides = {k: v for k, v in locals().items() if k not in ("config", "no_resume")}
+    overrides.update(truncate=truncate or None, resume=False if no_resume else None)  # unset flags: config decides
     _run("train", config, overrides)
 
 
@@ -136,7 +142,7 @@ def predict(
     precision: PrecisionOpt = None,
     micro_batch_size: MBSOpt = None,
     global_batch_size: GBSOpt = None,
-    truncate: TruncateOpt = None,
+    truncate: TruncateOpt = False,
     include: Annotated[
         list[Include] | None,
         typer.Option(
@@ -172,4 +178,5 @@ def predict(
 ) -> None:
     """Predict per-sequence outputs; with no options, the bundled demo sequences with the bundled weights."""
     overrides = {k: v for k, v in locals().items() if k != "config"}
+    overrides["truncate"] = truncate or None  # an unset flag leaves the config file's value
     _run("predict", config, overrides)
