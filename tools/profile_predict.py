@@ -22,9 +22,7 @@ def build(shape: str, fusions: bool):
     ensure_model_parallel()
     settings = ESM2_SHAPES[f"esm2-{shape}"].model_settings()
     extra = {"compile_rope": True, "bias_dropout_fusion": True} if fusions else {}
-    config = ESM2Config(
-        **settings, bf16=True, params_dtype=torch.bfloat16, use_cpu_initialization=False, **extra
-    )
+    config = ESM2Config(**settings, bf16=True, params_dtype=torch.bfloat16, use_cpu_initialization=False, **extra)
     return config.configure_model().to("cuda", torch.bfloat16).eval()
 
 
@@ -48,6 +46,21 @@ def timed(fn, repeat: int = 10) -> float:
     return (time.perf_counter() - start) / repeat * 1000
 
 
+def time_ours(shape: str, fusions: bool, ids: torch.Tensor, mask: torch.Tensor) -> float:
+    """Milliseconds per batch of our predict step, after printing its CUDA kernel table."""
+    from bionemo.esm2.steps import make_predict_step
+
+    model = build(shape, fusions)
+    step = make_predict_step(embeddings=True, logits=False, perplexity=False)
+    inputs = {"tokens": ids, "attention_mask": mask, "padding": mask, "host_lengths": mask.sum(1).cpu()}
+    with torch.inference_mode():
+        ours = timed(lambda: step(model, inputs)["embeddings"].cpu())
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
+            step(model, inputs)["embeddings"].cpu()
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
+    return ours
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--shape", default="150m")
@@ -55,18 +68,8 @@ def main() -> None:
     parser.add_argument("--length", type=int, default=270)
     parser.add_argument("--fusions", action="store_true", help="compiled RoPE and fused bias-dropout-add")
     args = parser.parse_args()
-    from bionemo.esm2.steps import make_predict_step
-
-    model = build(args.shape, args.fusions)
-    step = make_predict_step(embeddings=True, logits=False, perplexity=False)
     ids, mask = batch(args.tokens, args.length)
-    inputs = {"tokens": ids, "attention_mask": mask, "padding": mask, "host_lengths": mask.sum(1).cpu()}
-    with torch.inference_mode():
-        ours = timed(lambda: step(model, inputs)["embeddings"].cpu())
-        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            step(model, inputs)["embeddings"].cpu()
-        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
-    del model
+    ours = time_ours(args.shape, args.fusions, ids, mask)
     torch.cuda.empty_cache()
     from transformers import EsmConfig, EsmModel
 

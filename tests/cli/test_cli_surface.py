@@ -211,3 +211,16 @@ def test_unset_flags_leave_the_config_file_in_charge(monkeypatch):
     assert runner.invoke(app, ["run", "train", "--no-resume", "--truncate"]).exit_code == 0
     assert (seen["train"]["truncate"], seen["train"]["resume"]) == (True, False)
     assert "no_resume" not in seen["train"]
+
+
+def test_a_config_typo_names_the_setting_and_the_valid_ones(tmp_path):
+    config = tmp_path / "typo.json"
+    config.write_text('{"micro_batch_sise": 4}')
+    result = runner.invoke(app, ["run", "predict", "--config", str(config)], terminal_width=400)
+    assert result.exit_code == 2
+    text = " ".join(result.output.replace("│", " ").split())
+    assert "unknown setting 'micro_batch_sise'" in text
+    assert "did you mean 'micro_batch_size'" in text
+    assert "valid settings: accelerator, checkpoint," in text
+    assert "--micro-batch-sise" not in text  # no option that does not exist
+    assert "'--config'" in text

@@ -56,3 +56,32 @@ def test_a_family_recipe_trains_from_scratch_on_cpu(tmp_path, recipe):
         weights = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
     assert sum(t.numel() for t in weights.values()) == ESM2_SHAPES[recipe].parameters()
     assert all(torch.isfinite(t).all() for t in weights.values())
+
+
+def test_recipes_show_output_works_as_config_for_train_and_predict(tmp_path):
+    shown = runner.invoke(app, ["recipes", "show", "esm2-demo"])
+    assert shown.exit_code == 0
+    config = tmp_path / "demo.json"
+    config.write_text(shown.output)
+    train = runner.invoke(
+        app,
+        ["run", "train", "--config", str(config), "--max-steps", "2", "--val-check-interval", "2",
+         "--accelerator", "cpu", "--output-dir", str(tmp_path / "train")],
+        terminal_width=300,
+    )  # fmt: skip
+    assert train.exit_code == 0, train.output + repr(train.exception)
+    predict = runner.invoke(
+        app,
+        ["run", "predict", "--config", str(config), "--accelerator", "cpu", "--output-dir", str(tmp_path / "pred")],
+        terminal_width=300,
+    )
+    assert predict.exit_code == 0, predict.output + repr(predict.exception)
+    assert (tmp_path / "pred" / "predictions.safetensors").exists()
+    other = tmp_path / "other.json"  # a model that is not the checkpoint's is refused, naming the setting
+    other.write_text(shown.output.replace('"num_layers": 4', '"num_layers": 6'))
+    refused = runner.invoke(app, ["run", "predict", "--config", str(other), "--output-dir", str(tmp_path / "no")],
+                            terminal_width=300)  # fmt: skip
+    assert refused.exit_code == 2
+    text = " ".join(refused.output.replace("│", " ").split())
+    assert "model setting num_layers=6 differs from the checkpoint's 4" in text
+    assert not (tmp_path / "no").exists()

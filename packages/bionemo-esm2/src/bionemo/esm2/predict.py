@@ -26,12 +26,15 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
     from bionemo.esm2.train import check_same_shape
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir
 
-    if settings.model:
-        raise SettingsError(
-            "model settings apply to training; prediction reads the model from --checkpoint", "--config"
-        )
     check_hardware(settings, training=False)
     checkpoint = checked_checkpoint(settings.checkpoint or BUNDLED_CHECKPOINT)
+    for key, given in (settings.model or {}).items():  # `recipes show` output as --config: the same model is fine
+        if checkpoint.model.get(key) != given:
+            raise SettingsError(
+                f"model setting {key}={given!r} differs from the checkpoint's {checkpoint.model.get(key)!r}; "
+                "prediction reads the model from --checkpoint: remove `model` from the --config file",
+                "--config",
+            )
     if "recipe" in settings.model_fields_set:
         check_same_shape(checkpoint.model, defaults["model"], recipe, checkpoint.path)
     if settings.precision is None and accelerator(settings) == "gpu":

@@ -88,11 +88,24 @@ class RunSettings(BaseModel):
         except ValidationError as error:
             problem = error.errors()[0]
             key = ".".join(str(part) for part in problem["loc"])
+            if problem["type"] == "extra_forbidden":
+                raise SettingsError(_unknown_setting(key, file), "--config") from None
             raise SettingsError(
                 f"setting {key!r}: {problem['msg']} (got {problem.get('input')!r})"
                 + (f" in {file}" if file is not None and key not in overrides else ""),
                 "--" + key.split(".")[0].replace("_", "-"),
             ) from None
+
+
+def _unknown_setting(key: str, file: Path | None) -> str:
+    """The message for a setting ``RunSettings`` does not have: the closest names, then every valid one."""
+    import difflib
+
+    valid = sorted(RunSettings.model_fields)
+    close = difflib.get_close_matches(key, valid, n=2)
+    hint = f" (did you mean {' or '.join(repr(c) for c in close)}?)" if close else ""
+    where = f" in {file}" if file is not None else ""
+    return f"unknown setting {key!r}{where}{hint}; valid settings: {', '.join(valid)}"
 
 
 def load_config_file(path: Path) -> dict[str, Any]:
