@@ -21,8 +21,14 @@ def build(shape: str, fusions: bool):
 
     ensure_model_parallel()
     settings = ESM2_SHAPES[f"esm2-{shape}"].model_settings()
-    extra = {"compile_rope": True, "bias_dropout_fusion": True} if fusions else {}
-    config = ESM2Config(**settings, bf16=True, params_dtype=torch.bfloat16, use_cpu_initialization=False, **extra)
+    config = ESM2Config(
+        **settings,
+        bf16=True,
+        params_dtype=torch.bfloat16,
+        use_cpu_initialization=False,
+        compile_rope=fusions,
+        bias_dropout_fusion=fusions,
+    )
     return config.configure_model().to("cuda", torch.bfloat16).eval()
 
 
