@@ -20,9 +20,12 @@ def build(shape: str, fusions: bool):
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()
-    settings = ESM2_SHAPES[f"esm2-{shape}"].model_settings()
+    size = ESM2_SHAPES[f"esm2-{shape}"]
     config = ESM2Config(
-        **settings,
+        num_layers=size.num_layers,
+        hidden_size=size.hidden_size,
+        num_attention_heads=size.num_attention_heads,
+        ffn_hidden_size=size.ffn_hidden_size,
         bf16=True,
         params_dtype=torch.bfloat16,
         use_cpu_initialization=False,
@@ -88,7 +91,7 @@ def main() -> None:
         position_embedding_type="rotary", token_dropout=True, mask_token_id=32, pad_token_id=1,
         max_position_embeddings=1026, attn_implementation="sdpa",
     )  # fmt: skip
-    hf = EsmModel(hf_config, add_pooling_layer=False).to("cuda", torch.bfloat16).eval()
+    hf = EsmModel(hf_config, add_pooling_layer=False).to(device="cuda", dtype=torch.bfloat16).eval()
     with torch.inference_mode():
         theirs = timed(lambda: hf(input_ids=ids, attention_mask=mask).last_hidden_state.mean(1).float().cpu())
     tokens = int(mask.sum())
