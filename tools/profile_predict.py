@@ -91,7 +91,8 @@ def main() -> None:
         position_embedding_type="rotary", token_dropout=True, mask_token_id=32, pad_token_id=1,
         max_position_embeddings=1026, attn_implementation="sdpa",
     )  # fmt: skip
-    hf = EsmModel(hf_config, add_pooling_layer=False).to(device="cuda", dtype=torch.bfloat16).eval()
+    hf = EsmModel(hf_config, add_pooling_layer=False).to(torch.bfloat16).eval()  # pyright: ignore[reportArgumentType]
+    hf = hf.to(torch.device("cuda"))  # pyright: ignore[reportArgumentType]
     with torch.inference_mode():
         theirs = timed(lambda: hf(input_ids=ids, attention_mask=mask).last_hidden_state.mean(1).float().cpu())
     tokens = int(mask.sum())
