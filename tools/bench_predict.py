@@ -26,6 +26,7 @@ import gc
 import json
 import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -188,7 +189,7 @@ def bench_shape(key: str, sequences: list[str], fasta: Path, args: argparse.Name
     folder = args.out / f"hf-{key}"
     save_random_hf(folder, model_shape(key), args.seed)
     hf, reference = ({}, None) if args.skip_hf else bench_hf(folder, sequences, args, tokens)
-    flags = batch_flags(args.tokens_per_batch)
+    flags = batch_flags(args.tokens_per_batch) + args.ours_flags
     result: dict[str, Any] = {"hf": hf, "ours": {}, "ours_batch_flags": flags}
     for devices in args.devices:
         result["ours"][devices] = run_ours(folder, fasta, args.out / f"ours-{key}-{devices}", devices, flags, tokens)
@@ -255,6 +256,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hf-token-budgets", type=ints, default=[32768, 65536])
     parser.add_argument("--out", type=Path, default=None, help="logs, FASTA, models (default: a new temp dir)")
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument(
+        "--ours-flags", type=shlex.split, default=[], help="more `run predict` flags, e.g. --ours-flags=--unpadded"
+    )
     args = parser.parse_args()
     for key in args.shapes:
         model_shape(key)  # an unknown shape stops here, before any work

@@ -27,7 +27,7 @@ SHARED = {
     "--micro-batch-size", "--global-batch-size", "--truncate",
 }  # fmt: skip
 TRAIN_ONLY = {"--max-steps", "--val-check-interval", "--lr", "--no-resume", "--seed"}
-PREDICT_ONLY = {"--include", "--write-interval", "--layer", "--output-dtype", "--tokens-per-batch"}
+PREDICT_ONLY = {"--include", "--write-interval", "--layer", "--output-dtype", "--tokens-per-batch", "--unpadded"}
 
 
 def option_names(command_name: str) -> set[str]:

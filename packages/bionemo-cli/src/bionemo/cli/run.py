@@ -175,8 +175,16 @@ def predict(
         OutputDtype | None,
         typer.Option("--output-dtype", help="Type of written embeddings and logits. Default: float32."),
     ] = None,
+    unpadded: Annotated[
+        bool,
+        typer.Option(
+            "--unpadded",
+            help="Concatenate each batch's sequences without padding (variable-length flash attention; "
+            "GPUs in bf16/fp16, no pipeline parallelism). Same outputs; not yet benchmarked.",
+        ),
+    ] = False,
 ) -> None:
     """Predict per-sequence outputs; with no options, the bundled demo sequences with the bundled weights."""
     overrides = {k: v for k, v in locals().items() if k != "config"}
-    overrides["truncate"] = truncate or None  # an unset flag leaves the config file's value
+    overrides.update(truncate=truncate or None, unpadded=unpadded or None)  # unset flags: the config decides
     _run("predict", config, overrides)

@@ -38,7 +38,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 
 from bionemo.core import BionemoTrainableModelConfig  # noqa: E402
 from bionemo.esm2.hf import padded_vocab_size  # noqa: E402
-from bionemo.lightning import install_compiled_rope, sdpa_layer_spec  # noqa: E402
+from bionemo.lightning import UnpaddedSequences, install_compiled_rope, sdpa_layer_spec  # noqa: E402
 from bionemo.losses import MaskedTokenLossReduction  # noqa: E402
 
 __all__ = ["MASK_RATIO_TRAIN", "ESM2Config", "ESM2Model", "padded_vocab_size", "vocab_logits"]
@@ -125,15 +125,27 @@ class ESM2Embedding(LanguageModelEmbedding):
         self.token_dropout = config.token_dropout
         self.mask_token_id = config.mask_token_id
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:  # type: ignore[override]
-        """``input_ids [b, s]``, ``attention_mask [b, s]`` (True on real tokens, or None: no padding)."""
+    def forward(  # type: ignore[override]
+        self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None, unpadded: UnpaddedSequences | None = None
+    ) -> torch.Tensor:
+        """``input_ids [b, s]``, ``attention_mask [b, s]`` (True on real tokens, or None: no padding).
+
+        With ``unpadded``, ``input_ids`` is ``[1, T]``: the sequences concatenated (token dropout per sequence).
+        """
         embeddings = self.word_embeddings(input_ids)  # [b, s, h]
         if self.token_dropout:
             is_mask = input_ids == self.mask_token_id
             embeddings = embeddings.masked_fill(is_mask.unsqueeze(-1), 0.0)
-            lengths = attention_mask.sum(-1) if attention_mask is not None else input_ids.shape[1]
-            observed = is_mask.sum(-1).float() / lengths
-            embeddings = (embeddings * (1 - MASK_RATIO_TRAIN) / (1 - observed)[:, None, None]).to(embeddings.dtype)
+            if unpadded is not None:
+                ids, bounds = unpadded.sequence_ids, unpadded.boundaries
+                if ids is None or bounds is None:
+                    raise ValueError("UnpaddedSequences needs sequence_ids and boundaries for token dropout")
+                masked = torch.zeros(len(bounds) - 1, device=ids.device).index_add_(0, ids, is_mask[0].float())
+                observed = (masked / bounds.diff())[ids][None, :]  # [1, T]
+            else:
+                lengths = attention_mask.sum(-1) if attention_mask is not None else input_ids.shape[1]
+                observed = (is_mask.sum(-1).float() / lengths)[:, None]  # [b, 1]
+            embeddings = (embeddings * (1 - MASK_RATIO_TRAIN) / (1 - observed)[..., None]).to(embeddings.dtype)
         if attention_mask is not None:
             embeddings = (embeddings * attention_mask.unsqueeze(-1)).to(embeddings.dtype)
         embeddings = embeddings.transpose(0, 1).contiguous()
@@ -252,27 +264,40 @@ class ESM2Model(LanguageModule):
         *,
         output_hidden: bool = False,
         hidden_layers: Sequence[int] = (),
+        unpadded: UnpaddedSequences | None = None,
+        output_logits: bool = True,
     ) -> Any:
         """See the class docstring; ``attention_mask`` is True on real tokens (None: no padding).
 
         ``hidden_layers`` (absolute: 0 = the embedding output, ``num_layers`` = after the final LayerNorm, as in
         Hugging Face's ``hidden_states``) adds a third output, ``{K: hidden [s, b, h]}``; whole model only (no
-        pipeline parallelism).
+        pipeline parallelism). ``unpadded``: ``input_ids [1, T]`` holds the sequences concatenated (no
+        ``attention_mask``; ``positions`` and ``sequence_ids`` set) and every output is ``[T, 1, ...]``.
+        ``output_logits=False`` skips the LM head (the logits output is None).
         """
         captured: dict[int, torch.Tensor] = {}
         handles = [self._capture(k, captured) for k in hidden_layers if k != self.config.num_layers]
         try:
-            hidden = self.embedding(input_ids, attention_mask) if self.pre_process else None
+            hidden = self.embedding(input_ids, attention_mask, unpadded) if self.pre_process else None
             padding_mask = None if attention_mask is None else ~attention_mask.bool()[:, None, None, :]
-            rotary = self.rotary_pos_emb(input_ids.shape[1], input_ids.device)
-            hidden = self.decoder(hidden_states=hidden, attention_mask=padding_mask, rotary_pos_emb=rotary)
+            if unpadded is None:
+                rotary = self.rotary_pos_emb(input_ids.shape[1], input_ids.device)
+            else:
+                if attention_mask is not None or unpadded.positions is None:
+                    raise ValueError("unpadded sequences take no attention_mask and need their token positions")
+                rotary = self.rotary_pos_emb(unpadded.longest, input_ids.device)[:, 0][unpadded.positions]  # [T,1,d]
+            hidden = self.decoder(
+                hidden_states=hidden, attention_mask=padding_mask, rotary_pos_emb=rotary, packed_seq_params=unpadded
+            )
         finally:
             for handle in handles:
                 handle.remove()
         if not self.post_process:
             return hidden
-        logits, _ = self.output_layer(self.lm_head(hidden), weight=self.shared_embedding_or_output_weight())
-        logits = self._hide_vocab_padding(logits)
+        logits = None
+        if output_logits:
+            logits, _ = self.output_layer(self.lm_head(hidden), weight=self.shared_embedding_or_output_weight())
+            logits = self._hide_vocab_padding(logits)
         if hidden_layers:
             return logits, hidden, {k: hidden if k == self.config.num_layers else captured[k] for k in hidden_layers}
         return (logits, hidden) if output_hidden else logits

@@ -46,6 +46,7 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
         raise SettingsError(str(error), "--data") from None
     layers = absolute_layers(settings.layer, checkpoint.model["num_layers"])
     _check_budget(settings.tokens_per_batch, records)
+    _check_unpadded(settings)
     out = settings.output_dir or Path("bionemo_predictions")
     check_output_dir(out)
     return _predict(settings, defaults, recipe, checkpoint, records, out, layers)
@@ -61,6 +62,25 @@ def _check_budget(tokens_per_batch: int | None, records: list) -> None:
             f"--tokens-per-batch {tokens_per_batch} is less than sequence {longest.id}'s {len(longest.sequence) + 2} "
             f"tokens (residues + <cls> + <eos>); give at least {len(longest.sequence) + 2}",
             "--tokens-per-batch",
+        )
+
+
+def _check_unpadded(settings: RunSettings) -> None:
+    """``--unpadded`` needs CUDA GPUs in bf16 / fp16, a torch with variable-length attention, and no pipeline."""
+    if not settings.unpadded:
+        return
+    import torch
+
+    from bionemo.lightning import varlen_attention_available
+
+    precision = settings.precision.value if settings.precision else "32"
+    dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision.split("-")[0], torch.float32)
+    if settings.pipeline_parallel > 1 or not varlen_attention_available(dtype) or settings.accelerator.value == "cpu":
+        raise SettingsError(
+            f"--unpadded needs CUDA GPUs with --precision bf16 or 16 (given: {precision}), torch >= 2.9 "
+            f"(variable-length attention) and --pipeline-parallel 1 (given: {settings.pipeline_parallel}); "
+            "leave it out to predict on padded batches",
+            "--unpadded",
         )
 
 
@@ -136,7 +156,11 @@ def _run_prediction(
     from bionemo.callbacks import HostMemoryTrim, LoopTimer, PredictionWriter
     from bionemo.esm2.data import PredictionBatches, PredictionDataset, data_step, first_item
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.lightning import BionemoLightningModule, MegatronDataModule, default_megatron_optimizer
+    from bionemo.lightning import (
+        BionemoLightningModule,
+        MegatronDataModule,
+        default_megatron_optimizer,
+    )
     from bionemo.recipes.trainers import accelerator, build_trainer
 
     tokenizer = ProteinTokenizer()
@@ -146,7 +170,7 @@ def _run_prediction(
     config = model_config(checkpoint.model, settings, training=False)
     module = BionemoLightningModule(
         config,
-        forward_step=_step(settings, layers, checkpoint.model["num_layers"]),
+        forward_step=_step(settings, layers, checkpoint.model["num_layers"], unpadded=settings.unpadded),
         data_step=data_step,
         optimizer=default_megatron_optimizer(),
         model_transform=functools.partial(_load_weights, tensors=checkpoint.tensors, dtype=config.params_dtype),
@@ -192,7 +216,7 @@ def _plan(settings: RunSettings, defaults: dict[str, Any], records: list, todo: 
     return [[todo[k] for k in batch] for batch in batches]
 
 
-def _step(settings: RunSettings, layers: list[int], num_layers: int):
+def _step(settings: RunSettings, layers: list[int], num_layers: int, unpadded: bool = False):
     import torch
 
     from bionemo.esm2.steps import make_predict_step
@@ -208,6 +232,7 @@ def _step(settings: RunSettings, layers: list[int], num_layers: int):
         layers=layers,
         num_layers=num_layers,
         output_dtype=getattr(torch, settings.output_dtype.value),
+        unpadded=unpadded,
     )
 
 

@@ -6,6 +6,7 @@ from typing import Any
 import torch
 
 from bionemo.esm2.model import vocab_logits
+from bionemo.esm2.packing import repad, unpad
 from bionemo.losses import ParallelGroups, token_cross_entropy
 
 __all__ = ["forward_step", "make_predict_step"]
@@ -29,6 +30,7 @@ def make_predict_step(
     num_layers: int | None = None,
     vocab_size: int = 33,
     output_dtype: torch.dtype = torch.float32,
+    unpadded: bool = False,
 ):
     """The prediction forward step over :class:`bionemo.esm2.data.PredictionDataset` batches.
 
@@ -45,6 +47,9 @@ def make_predict_step(
     - ``perplexity [b]``: exp of the mean cross-entropy over the masked positions of ``masked_tokens``.
     - ``pseudo_perplexity [b]``: exp of the mean over residues of the true residue's cross-entropy with only
       that residue masked (one copy of the sequence per residue, run ``b`` copies at a time).
+
+    ``unpadded=True`` runs the unmasked forward on the concatenated real tokens (:mod:`bionemo.esm2.packing`):
+    the same outputs without padding work (variable-length flash attention on GPUs in fp16 / bf16).
     """
     last = num_layers if num_layers is not None else -1
     wanted = [k for k in dict.fromkeys(layers) if k != last]
@@ -54,11 +59,7 @@ def make_predict_step(
         padding = batch.get("padding")
         real = batch["attention_mask"]
         if embeddings or logits or residues or cls or wanted:
-            if wanted:
-                token_logits, hidden, extra = model(batch["tokens"], padding, hidden_layers=wanted)
-            else:
-                token_logits, hidden = model(batch["tokens"], padding, output_hidden=True)
-                extra = {}
+            token_logits, hidden, extra = _forward(model, batch, wanted, unpadded=unpadded, output_logits=logits)
             residue_mask = real.clone()
             residue_mask[:, 0] = False  # <cls>
             residue_mask[torch.arange(len(real), device=real.device), real.sum(dim=1) - 1] = False  # <eos>
@@ -73,7 +74,7 @@ def make_predict_step(
                     out["residue_embeddings" + suffix] = states[:, 1:-1].to(output_dtype)
             if cls:
                 out["cls"] = hidden[0].to(output_dtype)
-            if logits:
+            if logits and token_logits is not None:
                 full = vocab_logits(token_logits, vocab_size).transpose(0, 1).float()  # [b, s, v]
                 out["logits"] = (full * real.unsqueeze(-1)).to(output_dtype)
         if pseudo_perplexity:
@@ -87,6 +88,31 @@ def make_predict_step(
         return out
 
     return predict_step
+
+
+def _forward(
+    model: Any, batch: dict[str, Any], layers: list[int], *, unpadded: bool, output_logits: bool
+) -> tuple[torch.Tensor | None, torch.Tensor, dict[int, torch.Tensor]]:
+    """``(logits [s, b, v_local] or None, last hidden [s, b, h], {K: hidden [s, b, h]})`` of the unmasked tokens."""
+    tokens = batch["tokens"]
+    if not unpadded:
+        if layers:
+            return model(tokens, batch.get("padding"), hidden_layers=layers)
+        token_logits, hidden = model(tokens, batch.get("padding"), output_hidden=True)
+        return token_logits, hidden, {}
+    ids, sequences, index = unpad(tokens, batch["host_lengths"])
+    out = model(ids, None, output_hidden=True, hidden_layers=layers, unpadded=sequences, output_logits=output_logits)
+    token_logits, hidden, extra = out if layers else (*out, {})
+    b, s = tokens.shape
+
+    def back(states: torch.Tensor) -> torch.Tensor:
+        return repad(states, index, b, s)
+
+    return (
+        None if token_logits is None else back(token_logits),
+        back(hidden),
+        {k: back(v) for k, v in extra.items()},
+    )
 
 
 def _pseudo_loss_sums(model: Any, batch: dict[str, Any], mask_id: int) -> torch.Tensor:

@@ -4,18 +4,54 @@ Put it into a layer spec (``spec.submodules.self_attention.submodules.core_atten
 to run megatron-core transformer layers without Transformer Engine: on CPU (megatron's own
 ``DotProductAttention`` needs CUDA) and on GPUs, where torch dispatches to its fused flash / memory-efficient
 kernels instead of megatron's unfused local attention.
+
+Unpadded ("thd") batches: pass :class:`UnpaddedSequences` as megatron's ``packed_seq_params`` and the
+sequences concatenated as ``[T, 1, hidden]``. On CUDA in fp16/bf16 they run on torch's variable-length flash
+attention (``torch.nn.attention.varlen``: no padding, no mask, no layout copies); elsewhere on SDPA with a
+block-diagonal mask (the same maths, ``T x T`` memory: for tests and small inputs).
 """
 
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from megatron.core.packed_seq_params import PackedSeqParams
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-__all__ = ["SDPACoreAttention", "sdpa_layer_spec"]
+try:  # torch >= 2.9
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # pragma: no cover - older torch: the block-diagonal fallback
+    varlen_attn = None
+
+__all__ = ["SDPACoreAttention", "UnpaddedSequences", "sdpa_layer_spec", "varlen_attention_available"]
+
+
+def varlen_attention_available(dtype: torch.dtype) -> bool:
+    """Whether :class:`UnpaddedSequences` run on a variable-length flash kernel here (CUDA, fp16 / bf16)."""
+    return varlen_attn is not None and torch.cuda.is_available() and dtype in (torch.float16, torch.bfloat16)
+
+
+@dataclass
+class UnpaddedSequences(PackedSeqParams):
+    """Sequences concatenated without padding (megatron's ``thd`` format), for :class:`SDPACoreAttention`.
+
+    ``cu_seqlens_q`` / ``cu_seqlens_kv`` stay None so that megatron applies rotary embeddings token by token
+    (give them per token, ``[T, 1, head_dim]``) instead of its Python loop over sequences; the boundaries are
+    ``boundaries`` (int32 ``[n + 1]``, on the device), ``longest`` (host int), ``sequence_ids`` (``[T]``,
+    which sequence each token belongs to) and ``positions`` (``[T]``, each token's position in its sequence).
+    """
+
+    boundaries: torch.Tensor | None = None
+    longest: int = 0
+    sequence_ids: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        self.qkv_format = "thd"
 
 
 class SDPACoreAttention(MegatronModule):
@@ -60,8 +96,10 @@ class SDPACoreAttention(MegatronModule):
         packed_seq_params: Any = None,
     ) -> torch.Tensor:
         """Attend ``query`` over ``key``/``value``; see the class docstring for shapes and the mask."""
+        if isinstance(packed_seq_params, UnpaddedSequences):
+            return self._attend_unpadded(query, key, value, packed_seq_params)
         if packed_seq_params is not None:
-            raise ValueError("SDPACoreAttention does not support packed sequences (packed_seq_params)")
+            raise ValueError("SDPACoreAttention takes packed sequences as UnpaddedSequences only (packed_seq_params)")
         mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
         seq, batch, heads, head_dim = query.shape
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, h, s, d]
@@ -82,6 +120,34 @@ class SDPACoreAttention(MegatronModule):
             enable_gqa=k.shape[1] != heads,
         )
         return out.permute(2, 0, 1, 3).reshape(seq, batch, heads * head_dim)
+
+    def _attend_unpadded(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, packed: UnpaddedSequences
+    ) -> torch.Tensor:
+        """``[T, heads, head_dim]`` query/key/value of concatenated sequences -> ``[T, heads * head_dim]``."""
+        if self.attn_mask_type == AttnMaskType.causal or (self.training and self.dropout_p > 0):
+            raise ValueError("unpadded sequences: bidirectional attention without dropout only (prediction)")
+        tokens, heads, head_dim = query.shape
+        bounds = packed.boundaries
+        if (
+            varlen_attn is not None
+            and bounds is not None
+            and query.is_cuda
+            and query.dtype in (torch.float16, torch.bfloat16)
+        ):
+            out = varlen_attn(
+                query, key, value, bounds, bounds, packed.longest, packed.longest,
+                scale=self.softmax_scale,
+            )  # fmt: skip
+            return out.reshape(tokens, heads * head_dim)  # pyright: ignore[reportAttributeAccessIssue]
+        ids = packed.sequence_ids
+        assert ids is not None, "UnpaddedSequences.sequence_ids is needed off CUDA / in fp32"
+        same_sequence = ids[:, None] == ids[None, :]
+        q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))  # [1, h, T, d]
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=same_sequence, scale=self.softmax_scale, enable_gqa=k.shape[1] != heads
+        )
+        return out[0].transpose(0, 1).reshape(tokens, heads * head_dim)
 
 
 def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> ModuleSpec:

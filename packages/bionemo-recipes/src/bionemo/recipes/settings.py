@@ -65,6 +65,8 @@ class RunSettings(BaseModel):
     layer: list[int] = Field(default_factory=list)
     """Extra layers to output (0 = embedding output, num_layers = after the final LayerNorm, negatives from the end)."""
     output_dtype: OutputDtype = OutputDtype.FLOAT32
+    unpadded: bool = False
+    """Predict on the sequences concatenated without padding (variable-length flash attention: GPUs, bf16/fp16)."""
 
     def model_parallel_size(self) -> int:
         """Tensor x pipeline x context parallel ranks per model replica."""
