@@ -96,10 +96,8 @@ def _forward(
     """``(logits [s, b, v_local] or None, last hidden [s, b, h], {K: hidden [s, b, h]})`` of the unmasked tokens."""
     tokens = batch["tokens"]
     if not unpadded:
-        if layers:
-            return model(tokens, batch.get("padding"), hidden_layers=layers)
-        token_logits, hidden = model(tokens, batch.get("padding"), output_hidden=True)
-        return token_logits, hidden, {}
+        out = model(tokens, batch.get("padding"), output_hidden=True, hidden_layers=layers, output_logits=output_logits)
+        return out if layers else (*out, {})
     ids, sequences, index = unpad(tokens, batch["host_lengths"])
     out = model(ids, None, output_hidden=True, hidden_layers=layers, unpadded=sequences, output_logits=output_logits)
     token_logits, hidden, extra = out if layers else (*out, {})
