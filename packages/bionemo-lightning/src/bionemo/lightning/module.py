@@ -18,6 +18,7 @@ from bionemo.lightning._parallel_init import ensure_model_parallel
 from bionemo.lightning.megatron_compat import MegatronCompatCallback
 from bionemo.lightning.optimizer import init_adam_state, torch_optimizer_from_config
 from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
+from bionemo.lightning.validation_loss import TokenWeightedValidationLoss
 from bionemo.losses import ParallelGroups, all_reduce_sum
 
 __all__ = ["BionemoLightningModule"]
@@ -272,10 +273,27 @@ class BionemoLightningModule(
 
     @override
     def configure_callbacks(self) -> Sequence[pl.Callback]:
-        """Add :class:`MegatronCompatCallback` (inactive off MegatronStrategy) unless the trainer has one."""
-        if self._trainer is not None and any(isinstance(cb, MegatronCompatCallback) for cb in _callbacks(self.trainer)):
-            return []
-        return [MegatronCompatCallback()]
+        """Add :class:`MegatronCompatCallback` and :class:`TokenWeightedValidationLoss` unless the trainer has them.
+
+        The compatibility callback is inactive off MegatronStrategy.
+        """
+        present = _callbacks(self.trainer) if self._trainer is not None else []
+        wanted = (MegatronCompatCallback, TokenWeightedValidationLoss)
+        return [kind() for kind in wanted if not any(isinstance(cb, kind) for cb in present)]
+
+    @override
+    def log(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``log``, except per-step ``val_loss`` while :class:`TokenWeightedValidationLoss` logs it."""
+        weighted = name == "val_loss" and self._trainer is not None
+        if weighted and any(
+            isinstance(cb, TokenWeightedValidationLoss) and cb.active for cb in _callbacks(self.trainer)
+        ):
+            return
+        super().log(name, value, *args, **kwargs)
+
+    def log_token_weighted(self, name: str, value: Any, *args: Any, **kwargs: Any) -> None:
+        """Lightning's ``log`` for the epoch's token-weighted ``val_loss`` (see :meth:`log`)."""
+        super().log(name, value, *args, **kwargs)
 
     # --- internals -------------------------------------------------------------------------------------
 
