@@ -14,7 +14,7 @@ from megatron.core.models.gpt import GPTModel
 from megatron.core.transformer.transformer_config import TransformerConfig
 from torch.utils.data import Dataset
 
-from bionemo.core import BionemoTrainableModelConfig
+from bionemo.core import BionemoTrainableModelConfig, compute_device
 from bionemo.lightning import BionemoLightningModule, sdpa_layer_spec
 from bionemo.lightning._nemo import MegatronOptimizerModule
 from bionemo.losses import MaskedTokenLossReduction
@@ -79,8 +79,7 @@ class BigramDataset(Dataset):
 
 def data_step(dataloader_iter) -> dict[str, torch.Tensor]:
     batch = next(dataloader_iter)
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
-    return {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+    return {k: v.to(compute_device(), non_blocking=True) for k, v in batch.items()}
 
 
 def forward_step(model: GPTModel, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

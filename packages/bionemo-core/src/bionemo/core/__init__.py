@@ -1,6 +1,7 @@
 """Shared types, step contracts and small helpers for bionemo's Lightning layer."""
 
 from bionemo.core.config import BionemoModelConfig, BionemoTrainableModelConfig
+from bionemo.core.device import compute_device, using_device
 from bionemo.core.types import DataStep, DataT, ForwardStep, LossT, ModelT, NestedTensors, ReductionT
 from bionemo.core.utils import get_dtype_device, some_first
 
@@ -14,6 +15,8 @@ __all__ = [
     "ModelT",
     "NestedTensors",
     "ReductionT",
+    "compute_device",
     "get_dtype_device",
     "some_first",
+    "using_device",
 ]

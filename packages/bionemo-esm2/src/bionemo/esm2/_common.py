@@ -20,7 +20,7 @@ def model_config(model: dict[str, Any], settings: RunSettings, *, training: bool
     import torch
 
     from bionemo.esm2.model import ESM2Config
-    from bionemo.recipes.trainers import uses_megatron
+    from bionemo.recipes.trainers import accelerator, uses_megatron
 
     bf16 = settings.precision == Precision.BF16 and (uses_megatron(settings, training=training) or not training)
     fp16 = settings.precision == Precision.FP16 and not training
@@ -28,7 +28,7 @@ def model_config(model: dict[str, Any], settings: RunSettings, *, training: bool
         tensor_model_parallel_size=settings.tensor_parallel,
         pipeline_model_parallel_size=settings.pipeline_parallel,
         context_parallel_size=settings.context_parallel,
-        use_cpu_initialization=not torch.cuda.is_available(),
+        use_cpu_initialization=accelerator(settings) == "cpu",  # --accelerator cpu on a GPU machine: the CPU
         bf16=bf16,
         fp16=fp16,
         params_dtype=torch.bfloat16 if bf16 else torch.float16 if fp16 else torch.float32,

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from torch.utils.data import Dataset
 
+from bionemo.core import compute_device
 from bionemo.esm2.readers import SequenceRecord
 from bionemo.esm2.tokenizer import ProteinTokenizer
 
@@ -200,7 +201,7 @@ def data_step(dataloader_iter: Iterator[dict[str, Any]]) -> dict[str, Any]:
     no mask, so full-length batches run on it. ``host_lengths`` becomes a CPU tensor.
     """
     batch = next(dataloader_iter)
-    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    device = compute_device()  # the trainer's (set by BionemoLightningModule)
     lengths = batch.get("host_lengths")
     host_lengths = torch.as_tensor(lengths) if lengths is not None else batch["attention_mask"].sum(dim=1).cpu()
     padded = bool(host_lengths.min() != batch["attention_mask"].shape[1])

@@ -12,7 +12,7 @@ from typing_extensions import override
 
 import lightning.pytorch as pl
 from bionemo.callbacks import DEFAULT_INDEX_KEY
-from bionemo.core import BionemoTrainableModelConfig, DataStep, ForwardStep, LossT, ModelT
+from bionemo.core import BionemoTrainableModelConfig, DataStep, ForwardStep, LossT, ModelT, using_device
 from bionemo.lightning._nemo import CallbackConnector, MegatronOptimizerModule, MegatronStrategy, io
 from bionemo.lightning._parallel_init import ensure_model_parallel
 from bionemo.lightning.megatron_compat import MegatronCompatCallback
@@ -113,7 +113,7 @@ class BionemoLightningModule(
         if self.module is not None:
             return
         if not self._megatron_driven():
-            ensure_model_parallel()
+            ensure_model_parallel(cuda=self._compute_device().type == "cuda")
         model = self.config.configure_model(**self.module_construct_args)
         if model is None:
             raise ValueError(f"{type(self.config).__name__}.configure_model() returned None; it must return the model")
@@ -139,7 +139,8 @@ class BionemoLightningModule(
         first = next(batches)
         if _is_empty(first):
             return None
-        return self._data_step(itertools.chain([first], batches))
+        with using_device(self._compute_device()):  # bionemo.core.compute_device() inside the data step
+            return self._data_step(itertools.chain([first], batches))
 
     def forward_step(self, batch: Any) -> Any:
         """Run the configured ``forward_step(model, batch)`` and return the model output (not a loss)."""
@@ -296,6 +297,10 @@ class BionemoLightningModule(
         super().log(name, value, *args, **kwargs)
 
     # --- internals -------------------------------------------------------------------------------------
+
+    def _compute_device(self) -> torch.device:
+        """The trainer's device (``--accelerator cpu`` on a GPU machine is the CPU); without a trainer, the module's."""
+        return self.trainer.strategy.root_device if self._trainer is not None else self.device
 
     def _megatron_driven(self) -> bool:
         trainer = self._trainer
