@@ -1,13 +1,13 @@
 """A datamodule that serves map-style datasets under MegatronStrategy and Lightning's own strategies alike."""
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from megatron.core import num_microbatches_calculator
 from nemo.lightning.data import WrappedDataLoader
 from nemo.lightning.pytorch.plugins import MegatronDataSampler
-from torch.utils.data import Dataset, Subset, default_collate
+from torch.utils.data import Dataset, Sampler, default_collate
 from typing_extensions import override
 
 import lightning.pytorch as pl
@@ -112,8 +112,7 @@ class MegatronDataModule(pl.LightningDataModule):
         dataset = self.datasets[mode]
         if dataset is None:
             raise ValueError(f"MegatronDataModule has no {mode} dataset; pass {mode.replace('validation', 'val')}=")
-        if mode == "train":
-            dataset = self._skip_consumed(dataset)
+        sampler = self._resumed_epoch_sampler(dataset) if mode == "train" else None
         return WrappedDataLoader(
             mode=mode,
             dataset=dataset,
@@ -122,25 +121,28 @@ class MegatronDataModule(pl.LightningDataModule):
             pin_memory=self.pin_memory,
             collate_fn=functools.partial(_collate_or_none, self.collate_fn or default_collate),
             shuffle=self.shuffle_train and mode == "train",
+            sampler=sampler,
             persistent_workers=False,
         )
 
-    def _skip_consumed(self, dataset: Dataset) -> Dataset:
-        """After a resume under Lightning's own strategies, start where the interrupted run stopped.
+    def _resumed_epoch_sampler(self, dataset: Dataset) -> "ResumedEpochSampler | None":
+        """After a resume under Lightning's own strategies, finish the interrupted epoch where it stopped.
 
-        Lightning restarts an interrupted epoch's dataloader from its first batch while counting the restored
-        batches as done. With unshuffled data the dataset is rotated to begin at the first sample not yet
-        consumed (keeping its length, so the epoch still ends where it would have), and a resumed run sees
-        exactly the batches an uninterrupted one would. (MegatronStrategy's sampler counts consumed samples
-        itself.)
+        Lightning restarts an interrupted epoch's dataloader from its first batch while counting the batches
+        done before the interruption (``batch_progress.current.processed``). With unshuffled data the first
+        epoch after a resume then serves only the samples not yet consumed and later epochs all of them, so a
+        resumed run sees exactly the batches an uninterrupted one would, a short last batch included.
+        (MegatronStrategy's sampler counts consumed samples itself.)
         """
         trainer = self.trainer
         if trainer is None or self.shuffle_train or hasattr(trainer.strategy, "tensor_model_parallel_size"):
-            return dataset
-        consumed = trainer.global_step * self.micro_batch_size * trainer.world_size * trainer.accumulate_grad_batches
-        start = consumed % len(dataset)  # type: ignore[arg-type]
+            return None
+        current = trainer.fit_loop.epoch_loop.batch_progress.current
+        # a checkpoint saved in on_train_batch_end counts its batch as processed, not yet completed
+        done = getattr(current, "processed", current.completed)
+        start = done * self.micro_batch_size * trainer.world_size
         size = len(dataset)  # type: ignore[arg-type]
-        return Subset(dataset, [*range(start, size), *range(start)]) if start else dataset
+        return ResumedEpochSampler(size, min(start, size))  # a whole epoch done: its pass is empty
 
     @override
     def train_dataloader(self) -> Any:
@@ -166,6 +168,21 @@ class MegatronDataModule(pl.LightningDataModule):
                 ("limit_val_batches", "limit_test_batches", "num_sanity_val_steps"),
                 num_microbatches_calculator.get_num_microbatches(),
             )
+
+
+class ResumedEpochSampler(Sampler[int]):
+    """Positions ``start .. size - 1`` on the first pass, ``0 .. size - 1`` on every later one."""
+
+    def __init__(self, size: int, start: int = 0) -> None:
+        self.size = size
+        self.start = start
+
+    def __len__(self) -> int:
+        return self.size
+
+    def __iter__(self) -> Iterator[int]:
+        start, self.start = self.start, 0
+        return iter(range(start, self.size))
 
 
 def _collate_or_none(collate: Callable[[list[Any]], Any], samples: list[Any]) -> Any:
