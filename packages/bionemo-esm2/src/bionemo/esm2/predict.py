@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from bionemo.esm2._common import checked_checkpoint, model_config
+from bionemo.esm2._measured import finite, shown
 from bionemo.recipes.settings import Include, Precision, RunSettings, SettingsError
 
 __all__ = ["predict"]
@@ -191,8 +192,7 @@ def _run_prediction(
     trainer.predict(module, datamodule=data, return_predictions=False)
     trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
     tokens = sum(len(records[i].sequence) + 2 for i in todo)
-    seconds = clock.seconds if clock.seconds is not None else float("nan")
-    return {"rank": trainer.global_rank, "tokens": tokens, "predict_seconds": seconds}
+    return {"rank": trainer.global_rank, "tokens": tokens, "predict_seconds": clock.seconds}
 
 
 def _load_weights(model: Any, tensors: dict[str, Any], dtype: Any) -> Any:
@@ -250,7 +250,9 @@ def _summarize(
 
     with safe_open(str(path), framework="pt") as f:
         keys = sorted(f.keys())  # noqa: SIM118 - safe_open is not a mapping
-        means = {key: float(f.get_tensor(key).mean()) for key in ("perplexity", "pseudo_perplexity") if key in keys}
+        means = {
+            key: finite(float(f.get_tensor(key).mean())) for key in ("perplexity", "pseudo_perplexity") if key in keys
+        }
     metadata = checkpoint.metadata
     truncated = sum(r.truncated_from is not None for r in records)
     seconds = timing.get("predict_seconds")
@@ -261,23 +263,23 @@ def _summarize(
         "mean_perplexity": means.get("perplexity"),
         "mean_pseudo_perplexity": means.get("pseudo_perplexity"),
         "uniform_baseline_perplexity": 20.0,
-        "checkpoint_validation_perplexity": metadata.get("val_ppl"),
-        "untrained_validation_perplexity": metadata.get("untrained_val_ppl"),
+        "checkpoint_validation_perplexity": finite(metadata.get("val_ppl")),
+        "untrained_validation_perplexity": finite(metadata.get("untrained_val_ppl")),
         "predictions": str(path),
         "includes": sorted(i.value for i in settings.include),
         "tokens": timing.get("tokens", 0),
         "predict_seconds": seconds,
         "tokens_per_second": timing["tokens"] / seconds if seconds else None,
     }
-    (out / "summary.json").write_text(json.dumps(summary, indent=1))
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
     rows = [("sequences", str(len(records)) + (f" ({truncated} cut by --truncate)" if truncated else ""))]
     if resumed:
         rows.append(("resumed", f"{resumed} sequences were already predicted by an interrupted run"))
     if "perplexity" in means:
-        rows += [("mean masked-token perplexity", f"{means['perplexity']:.3f}"),
+        rows += [("mean masked-token perplexity", shown(means["perplexity"], 3)),
                  ("uniform guess over 20 amino acids", "20.000")]  # fmt: skip
     if "pseudo_perplexity" in means:
-        rows.append(("mean pseudo-perplexity (each residue masked once)", f"{means['pseudo_perplexity']:.3f}"))
+        rows.append(("mean pseudo-perplexity (each residue masked once)", shown(means["pseudo_perplexity"], 3)))
     if checkpoint.source == "bionemo":
         rows.append(("validation perplexity at training: trained / untrained", _pair(metadata)))
     if seconds:
@@ -295,4 +297,4 @@ def _summarize(
 
 def _pair(metadata: dict[str, Any]) -> str:
     trained, untrained = metadata.get("val_ppl"), metadata.get("untrained_val_ppl")
-    return " / ".join(f"{value:.3f}" if value else "not recorded" for value in (trained, untrained))
+    return " / ".join(shown(value, 3, missing="not recorded") for value in (trained, untrained))

@@ -1,12 +1,12 @@
 """``bionemo run train`` for the ESM-2 recipes: from scratch, or from ``--checkpoint`` weights (HF or bionemo)."""
 
 import json
-import math
 import random
 from pathlib import Path
 from typing import Any
 
 from bionemo.esm2._common import checked_checkpoint, datamodule, model_config
+from bionemo.esm2._measured import finite, shown
 from bionemo.esm2.recipes import value
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
@@ -63,7 +63,7 @@ def _fit(
     import lightning.pytorch as pl
     import torch
     from lightning.pytorch.callbacks import RichProgressBar
-    from lightning.pytorch.loggers import CSVLogger, TensorBoardLogger
+    from lightning.pytorch.loggers import TensorBoardLogger
     from megatron.core.optimizer import OptimizerConfig
 
     from bionemo.callbacks import PerplexityLoggingCallback
@@ -74,6 +74,7 @@ def _fit(
     from bionemo.lightning import BionemoLightningModule
     from bionemo.lightning._nemo import MegatronOptimizerModule
     from bionemo.recipes.checkpoints import checkpoint_callback, resume_checkpoint
+    from bionemo.recipes.metrics_log import CSVLogPosition, ResumableCSVLogger
     from bionemo.recipes.plots import plot_curves
     from bionemo.recipes.trainers import build_trainer, uses_megatron
 
@@ -113,26 +114,29 @@ def _fit(
     )
     interval = min(value(settings, defaults, "val_check_interval"), max_steps)
     checkpoints = out / "checkpoints"
+    resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
+    # a resumed run (or a rerun of a finished one) continues metrics.csv: the curve shows the whole run
+    csv_logger = ResumableCSVLogger(out, name="logs", version="", resume=resume_from is not None)
     trainer = build_trainer(
         settings,
         training=True,
         callbacks=[
             PerplexityLoggingCallback(log_train=True, log_val=True),
             checkpoint_callback(settings, checkpoints, every_n_train_steps=interval),
+            CSVLogPosition(csv_logger),
             RichProgressBar(leave=True),
         ],
-        logger=[CSVLogger(out, name="logs", version=""), TensorBoardLogger(out, name="logs", version="")],
+        logger=[csv_logger, TensorBoardLogger(out, name="logs", version="")],
         max_steps=max_steps,
         val_check_interval=interval,
         default_root_dir=out,
     )
-    resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
     baseline_file = out / "untrained_baseline.json"
     if resume_from is None and not megatron:
         # the starting model's validation perplexity: the baseline the trained model is compared with
         (untrained,) = trainer.validate(module, datamodule=data, verbose=False)
         if trainer.global_rank == 0:
-            baseline_file.write_text(json.dumps({"val_ppl": untrained.get("val_ppl")}))
+            baseline_file.write_text(json.dumps({"val_ppl": finite(untrained.get("val_ppl"))}, allow_nan=False))
     trainer.fit(module, datamodule=data, ckpt_path=resume_from)
     tensors = full_state_dict(module.unwrapped_module())  # gathers tensor-parallel shards: every rank takes part
     if trainer.global_rank != 0:
@@ -140,10 +144,10 @@ def _fit(
     metrics = {
         k: float(v) for k, v in trainer.callback_metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1
     }
-    untrained_ppl = json.loads(baseline_file.read_text())["val_ppl"] if baseline_file.exists() else None
+    untrained_ppl = finite(json.loads(baseline_file.read_text())["val_ppl"]) if baseline_file.exists() else None
     weights = out / "model.safetensors"
     # rerunning a finished run measures nothing new: keep what the earlier export recorded
-    val_ppl = _finite(metrics.get("val_ppl")) or _finite(_earlier(weights).get("val_ppl"))
+    val_ppl = finite(metrics.get("val_ppl")) or finite(_earlier(weights).get("val_ppl"))
     save_weights(
         tensors,
         weights,
@@ -165,24 +169,14 @@ def _fit(
         ("started from", "random initialisation" if start is None else f"{start.path} ({start.source})"),
         ("steps", str(trainer.global_step)),
         ("sequences (train / val)", f"{len(train_records)} / {len(val)}"),
-        ("final train loss", _shown(metrics.get("reduced_train_loss"), 4)),
-        ("validation perplexity", _shown(val_ppl, 3)),
-        (f"{starting} model's validation perplexity", _shown(untrained_ppl, 3)),
+        ("final train loss", shown(metrics.get("reduced_train_loss"), 4)),
+        ("validation perplexity", shown(val_ppl, 3)),
+        (f"{starting} model's validation perplexity", shown(untrained_ppl, 3)),
         ("weights", str(weights)),
         ("checkpoints (resume)", str(checkpoints)),
         ("logs (CSV, TensorBoard)", str(out / "logs")),
         ("loss / perplexity curve", str(plot) if plot else "not written (no metrics)"),
     ]
-
-
-def _finite(value: float | None) -> float | None:
-    """``value``, or None when it is missing or not a finite number (JSON has no NaN)."""
-    return value if value is not None and math.isfinite(value) else None
-
-
-def _shown(value: float | None, digits: int) -> str:
-    """A metric for the summary table; "not measured" instead of nan."""
-    return "not measured" if _finite(value) is None else f"{value:.{digits}f}"
 
 
 def _earlier(weights: Path) -> dict[str, Any]:

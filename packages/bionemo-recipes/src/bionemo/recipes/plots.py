@@ -3,24 +3,27 @@
 import csv
 from pathlib import Path
 
-__all__ = ["plot_curves"]
+__all__ = ["plot_curves", "read_curves"]
+
+_CURVES = ("reduced_train_loss", "val_ppl")
+
+
+def read_curves(metrics_csv: Path) -> dict[str, list[tuple[int, float]]]:
+    """``(step, value)`` of ``reduced_train_loss`` and ``val_ppl`` in Lightning's CSV log, in logged order."""
+    points: dict[str, list[tuple[int, float]]] = {key: [] for key in _CURVES}
+    if metrics_csv.is_file():
+        with metrics_csv.open(newline="") as f:
+            for row in csv.DictReader(f):
+                for key in _CURVES:
+                    if row.get("step") and row.get(key):
+                        points[key].append((int(float(row["step"])), float(row[key])))
+    return points
 
 
 def plot_curves(metrics_csv: Path, png: Path) -> Path | None:
     """Plot training loss and validation perplexity per step from Lightning's CSV log; ``None`` if no data."""
-    if not metrics_csv.exists():
-        return None
-    train: list[tuple[float, float]] = []
-    val: list[tuple[float, float]] = []
-    with metrics_csv.open(newline="") as f:
-        for row in csv.DictReader(f):
-            step = row.get("step")
-            if not step:
-                continue
-            if row.get("reduced_train_loss"):
-                train.append((float(step), float(row["reduced_train_loss"])))
-            if row.get("val_ppl"):
-                val.append((float(step), float(row["val_ppl"])))
+    curves = read_curves(metrics_csv)
+    train, val = curves["reduced_train_loss"], curves["val_ppl"]
     if not train and not val:
         return None
     import matplotlib

@@ -1,0 +1,39 @@
+"""summary.json is strict JSON and the printed summary shows no nan, whatever the checkpoint recorded."""
+
+import json
+import re
+
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from bionemo.cli.app import app
+from bionemo.esm2.recipes import BUNDLED_CHECKPOINT
+
+runner = CliRunner()
+
+
+def _no_constants(name: str) -> None:
+    raise ValueError(f"summary.json holds {name}, which JSON does not allow")
+
+
+def test_unmeasured_checkpoint_perplexity_is_null_in_summary_json_and_not_printed_as_nan(tmp_path):
+    with safe_open(str(BUNDLED_CHECKPOINT), framework="pt") as f:
+        metadata = dict(f.metadata() or {})
+    # an older `run train` recorded an unmeasured validation perplexity as NaN
+    metadata["val_ppl"] = json.dumps(float("nan"))
+    checkpoint = tmp_path / "nan_val_ppl.safetensors"
+    save_file(load_file(BUNDLED_CHECKPOINT), checkpoint, metadata)
+    out = tmp_path / "out"
+    args = ["run", "predict", "--checkpoint", str(checkpoint), "--include", "perplexity", "--output-dir", str(out)]
+    result = runner.invoke(app, args, terminal_width=200)
+    assert result.exit_code == 0, result.output
+
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=_no_constants)
+    assert summary["checkpoint_validation_perplexity"] is None
+    assert summary["untrained_validation_perplexity"] == json.loads(metadata["untrained_val_ppl"])
+    assert summary["mean_perplexity"] > 1
+    assert summary["predict_seconds"] > 0
+    printed = result.output[result.output.index("bionemo run predict") :]
+    assert not re.search(r"\bnan\b", printed, re.IGNORECASE), printed
+    assert "not recorded" in printed
