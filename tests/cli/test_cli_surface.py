@@ -24,7 +24,7 @@ def flat(output: str) -> str:
 SHARED = {
     "--recipe", "--config", "--data", "--output-dir", "--checkpoint", "--devices", "--num-nodes", "--accelerator",
     "--strategy", "--tensor-parallel", "--pipeline-parallel", "--context-parallel", "--precision",
-    "--micro-batch-size", "--global-batch-size", "--truncate",
+    "--micro-batch-size", "--global-batch-size", "--truncate", "--verbose",
 }  # fmt: skip
 TRAIN_ONLY = {"--max-steps", "--val-check-interval", "--lr", "--no-resume", "--seed"}
 PREDICT_ONLY = {"--include", "--write-interval", "--layer", "--output-dtype", "--tokens-per-batch", "--unpadded"}
@@ -202,8 +202,12 @@ def test_recipes_from_another_package_are_found_through_entry_points(monkeypatch
 def test_unset_flags_leave_the_config_file_in_charge(monkeypatch):
     import bionemo.cli.run as run_module
 
-    seen = {}
-    monkeypatch.setattr(run_module, "_run", lambda command, file, overrides: seen.update({command: overrides}))
+    seen, verbose = {}, {}
+
+    def fake_run(command, file, overrides, is_verbose):
+        seen[command], verbose[command] = overrides, is_verbose
+
+    monkeypatch.setattr(run_module, "_run", fake_run)
     assert runner.invoke(app, ["run", "train"]).exit_code == 0
     assert runner.invoke(app, ["run", "predict", "--truncate"]).exit_code == 0
     assert (seen["train"]["truncate"], seen["train"]["resume"]) == (None, None)
@@ -211,6 +215,10 @@ def test_unset_flags_leave_the_config_file_in_charge(monkeypatch):
     assert runner.invoke(app, ["run", "train", "--no-resume", "--truncate"]).exit_code == 0
     assert (seen["train"]["truncate"], seen["train"]["resume"]) == (True, False)
     assert "no_resume" not in seen["train"]
+    assert verbose == {"train": False, "predict": False}
+    assert runner.invoke(app, ["run", "predict", "--verbose"]).exit_code == 0
+    assert verbose["predict"] is True
+    assert "verbose" not in seen["predict"]  # not a setting: a config file cannot hold it
 
 
 def test_a_config_typo_names_the_setting_and_the_valid_ones(tmp_path):

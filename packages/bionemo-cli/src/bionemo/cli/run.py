@@ -60,10 +60,16 @@ GBSOpt = Annotated[
 TruncateOpt = Annotated[
     bool, typer.Option("--truncate", help="Cut sequences longer than the model allows (default: refuse them).")
 ]
+VerboseOpt = Annotated[
+    bool, typer.Option("--verbose", help="Also show the libraries' warnings and notes (hidden by default).")
+]
 
 
-def _run(command: str, file: Path | None, overrides: dict[str, Any]) -> None:
+def _run(command: str, file: Path | None, overrides: dict[str, Any], verbose: bool = False) -> None:
+    from bionemo.cli._quiet import quiet_libraries
     from bionemo.core.megatron_env import prepare_megatron_import
+
+    quiet_libraries(verbose)  # before torch, megatron and friends are imported: some warn while importing
 
     prepare_megatron_import()  # before anything imports megatron-core
 
@@ -104,6 +110,7 @@ def train(
     micro_batch_size: MBSOpt = None,
     global_batch_size: GBSOpt = None,
     truncate: TruncateOpt = False,
+    verbose: VerboseOpt = False,
     max_steps: Annotated[
         int | None, typer.Option("--max-steps", min=1, help="Optimizer steps. Default: the recipe's.")
     ] = None,
@@ -120,9 +127,9 @@ def train(
     ] = None,
 ) -> None:
     """Train (or fine-tune) the recipe's model; with no options, trains the demo on synthetic protein families."""
-    overrides = {k: v for k, v in locals().items() if k not in ("config", "no_resume")}
+    overrides = {k: v for k, v in locals().items() if k not in ("config", "no_resume", "verbose")}
     overrides.update(truncate=truncate or None, resume=False if no_resume else None)  # unset flags: config decides
-    _run("train", config, overrides)
+    _run("train", config, overrides, verbose)
 
 
 @run_app.command()
@@ -143,6 +150,7 @@ def predict(
     micro_batch_size: MBSOpt = None,
     global_batch_size: GBSOpt = None,
     truncate: TruncateOpt = False,
+    verbose: VerboseOpt = False,
     include: Annotated[
         list[Include] | None,
         typer.Option(
@@ -185,6 +193,6 @@ def predict(
     ] = False,
 ) -> None:
     """Predict per-sequence outputs; with no options, the bundled demo sequences with the bundled weights."""
-    overrides = {k: v for k, v in locals().items() if k != "config"}
+    overrides = {k: v for k, v in locals().items() if k not in ("config", "verbose")}
     overrides.update(truncate=truncate or None, unpadded=unpadded or None)  # unset flags: the config decides
-    _run("predict", config, overrides)
+    _run("predict", config, overrides, verbose)

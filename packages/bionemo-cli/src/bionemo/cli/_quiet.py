@@ -1,0 +1,84 @@
+"""Keep the libraries' start-up chatter off the terminal of ``bionemo run``; ``--verbose`` lets it through.
+
+Only the CLI calls :func:`quiet_libraries`: the library packages never touch warning filters or logger levels,
+so code that imports them sees everything torch, Lightning, NeMo and megatron-core have to say.
+
+What is silenced is named one by one: import-time notes about optional accelerators (Apex, Transformer
+Engine, CUDA) and telemetry, Lightning's informational lines, hints addressed to the authors of the model
+code, and deprecation notices raised inside the libraries. Errors, bionemo's own messages and any other
+warning still reach stderr.
+"""
+
+import logging
+import warnings
+
+__all__ = ["quiet_libraries"]
+
+# Regexes matched against the start of warnings the CLI user cannot act on. They are filtered under the
+# category ``Warning``, not ``UserWarning``: NeMo's warning hook drops *every* warning of a category that has
+# any "ignore" filter, so a filter on ``UserWarning`` itself would hide unrelated warnings too.
+_IGNORED_MESSAGES = (
+    # megatron-core at import on machines without Apex / Transformer Engine: it falls back to torch code.
+    r"Apex is not installed",
+    r"Transformer Engine and Apex are not installed",
+    r"Transformer Engine is not installed",
+    # megatron-core's inference unified-memory pool, never used by bionemo, cannot be built without a GPU.
+    r"Failed to create unified memory mempool",
+    # Lightning hints for module authors: bionemo's modules reduce their metrics and shard data themselves.
+    r"It is recommended to use `self\.log\(.*sync_dist=True",
+    r"Using `DistributedSampler` with the dataloaders\. During `trainer\.(validate|test)\(\)`",
+    # Lightning on a resume from a mid-epoch checkpoint: bionemo's datamodule skips the consumed samples itself
+    # (bionemo.lightning.data), and a resumed run matches an uninterrupted one (tests/cli/test_cli_runs.py).
+    r"You're resuming from a checkpoint that ended before the epoch ended",
+)
+
+# Deprecation notices raised from inside these libraries are for their callers' authors, not for CLI users.
+# (These categories already carry "ignore" filters from Python and Lightning, so NeMo's hook drops them anyway.)
+_LIBRARY_MODULES = (
+    r"(megatron|nemo|lightning|lightning_fabric|lightning_utilities|pytorch_lightning|torch|torchmetrics"
+    r"|transformers|huggingface_hub|nv_one_logger|modelopt|apex|transformer_engine)(\..*)?$"
+)
+_DEPRECATIONS: tuple[type[Warning], ...] = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
+
+# Loggers whose warnings are import-time notes (megatron's "... has reached end of life", OneLogger's
+# telemetry set-up, torch's "No CUDA runtime is found, using CUDA_HOME=..."): only errors pass.
+_ERRORS_ONLY = ("megatron", "nv_one_logger", "torch.utils.cpp_extension")
+# Lightning's informational lines ("GPU available: ...", "`Trainer.fit` stopped: ...", "Initializing
+# distributed: ...", "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: ...") come from these loggers; their warnings pass.
+# Lightning sets its package logger ("lightning.pytorch") to INFO when first imported, so the level is set
+# on the loggers that speak, which it leaves alone.
+_WARNINGS_AND_UP = (
+    "lightning.pytorch.utilities.rank_zero",
+    "lightning.fabric.utilities.rank_zero",
+    "lightning.fabric.utilities.distributed",
+    "lightning.pytorch.accelerators.cuda",
+)
+
+
+def _drop_info(record: logging.LogRecord) -> bool:
+    return record.levelno >= logging.WARNING
+
+
+def quiet_libraries(verbose: bool = False) -> None:
+    """Silence the named library warnings and log lines for the rest of this process.
+
+    Call at the start of a command, before torch, Lightning, NeMo or megatron-core are imported: several of the
+    silenced warnings are raised while those modules are imported. Nothing is imported here.
+
+    Args:
+        verbose: Change nothing, so that every library line shows (``--verbose``).
+    """
+    if verbose:
+        return
+    for message in _IGNORED_MESSAGES:
+        warnings.filterwarnings("ignore", message=message, category=Warning)
+    for category in _DEPRECATIONS:
+        warnings.filterwarnings("ignore", category=category, module=_LIBRARY_MODULES)
+    for name in _ERRORS_ONLY:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    for name in _WARNINGS_AND_UP:
+        logging.getLogger(name).setLevel(logging.WARNING)
+    # NeMo resets its logger's level (and its handlers') when imported; a logger filter survives that.
+    nemo_logger = logging.getLogger("nemo_logger")
+    if _drop_info not in nemo_logger.filters:
+        nemo_logger.addFilter(_drop_info)
