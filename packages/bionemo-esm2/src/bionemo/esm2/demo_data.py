@@ -4,7 +4,9 @@ Not real proteins. Each family has a random ancestor; members copy it with point
 insertions/deletions, so residues are predictable from the rest of the sequence and from family patterns.
 """
 
+import os
 import random
+from pathlib import Path
 
 from bionemo.esm2.readers import SequenceRecord
 from bionemo.esm2.tokenizer import AMINO_ACIDS
@@ -43,10 +45,17 @@ def demo_families(
     return records, held_out
 
 
-def write_fasta(records: list[SequenceRecord], path) -> None:
-    """Write ``records`` as FASTA, 60 residues per line."""
-    with open(path, "w", encoding="utf-8") as f:
+def write_fasta(records: list[SequenceRecord], path: str | os.PathLike[str]) -> None:
+    """Write ``records`` as FASTA, 60 residues per line, atomically: a reader sees the whole file or none.
+
+    The text goes to a temporary file next to ``path`` (named for this process), then replaces ``path``; so
+    several processes writing the same records (every task of an ``srun``) never expose a half-written file.
+    """
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    with open(temporary, "w", encoding="utf-8") as f:
         for record in records:
             f.write(f">{record.id}\n")
             for start in range(0, len(record.sequence), 60):
                 f.write(record.sequence[start : start + 60] + "\n")
+    os.replace(temporary, path)

@@ -47,11 +47,12 @@ def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> li
             raise SettingsError(f"{data} holds {len(records)} sequence; training needs at least 2", "--data")
     check_output_dir(out)
     if data is None:
-        data = out / "data" / "demo_train.fasta"
+        # every rank generates the same records (no rank reads a file another may be writing); the file is
+        # for the user to look at, written once per node and atomically
+        records = demo_families(seed=settings.seed)[0]
         if is_launching_rank():
-            data.parent.mkdir(parents=True, exist_ok=True)
-            write_fasta(demo_families(seed=settings.seed)[0], data)
-        records = read_sequences(data, max_residues, settings.truncate)
+            (out / "data").mkdir(parents=True, exist_ok=True)
+            write_fasta(records, out / "data" / "demo_train.fasta")
     return _fit(settings, defaults, recipe, records, out, start)
 
 
