@@ -54,3 +54,34 @@ def test_unsupported_inputs_are_refused(qkv):
     )
     with pytest.raises(ValueError, match="context_parallel_size=2"):
         SDPACoreAttention(config, layer_number=1, attn_mask_type=AttnMaskType.padding, attention_type="self")
+
+
+def test_cuda_attention_dropout_draws_from_megatrons_model_parallel_rng_stream(monkeypatch):
+    """Tensor-parallel ranks hold different heads: their dropout masks must come from per-rank RNG states."""
+    import contextlib
+
+    from megatron.core import tensor_parallel
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from bionemo.lightning import sdpa_attention
+
+    forks: list[bool] = []
+
+    class Tracker:
+        @contextlib.contextmanager
+        def fork(self):
+            forks.append(True)
+            yield
+
+    monkeypatch.setattr(tensor_parallel, "get_cuda_rng_tracker", lambda *args, **kwargs: Tracker())
+    monkeypatch.setattr(sdpa_attention, "_on_cuda", lambda tensor: True)  # as a GPU run would see it
+    config = TransformerConfig(num_layers=1, hidden_size=8, num_attention_heads=2, attention_dropout=0.5)
+    attention = sdpa_attention.SDPACoreAttention(config, 1, AttnMaskType.padding, "self")
+    q = torch.randn(5, 2, 2, 4)
+    attention.train()
+    attention(q, q, q, None)
+    assert forks == [True]
+    attention.eval()  # no dropout: the default stream, no fork
+    attention(q, q, q, None)
+    assert forks == [True]

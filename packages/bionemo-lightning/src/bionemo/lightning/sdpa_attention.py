@@ -11,11 +11,13 @@ attention (``torch.nn.attention.varlen``: no padding, no mask, no layout copies)
 block-diagonal mask (the same maths, ``T x T`` memory: for tests and small inputs).
 """
 
+import contextlib
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from megatron.core import tensor_parallel
 from megatron.core.packed_seq_params import PackedSeqParams
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.module import MegatronModule
@@ -28,6 +30,10 @@ except ImportError:  # pragma: no cover - older torch: the block-diagonal fallba
     varlen_attn = None
 
 __all__ = ["SDPACoreAttention", "UnpaddedSequences", "sdpa_layer_spec", "varlen_attention_available"]
+
+
+def _on_cuda(tensor: torch.Tensor) -> bool:
+    return tensor.is_cuda
 
 
 def varlen_attention_available(dtype: torch.dtype) -> bool:
@@ -109,17 +115,31 @@ class SDPACoreAttention(MegatronModule):
         if attention_mask is not None and mask_type != AttnMaskType.causal:
             allowed = ~attention_mask.bool()
             mask = allowed if mask is None else mask.masked_fill(~allowed, float("-inf"))
-        out = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.dropout_p if self.training else 0.0,
-            is_causal=mask_type == AttnMaskType.causal and mask is None,
-            scale=self.softmax_scale,
-            enable_gqa=k.shape[1] != heads,
-        )
+        dropout = self.dropout_p if self.training else 0.0
+        with self._dropout_rng(query, dropout):
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                dropout_p=dropout,
+                is_causal=mask_type == AttnMaskType.causal and mask is None,
+                scale=self.softmax_scale,
+                enable_gqa=k.shape[1] != heads,
+            )
         return out.permute(2, 0, 1, 3).reshape(seq, batch, heads * head_dim)
+
+    def _dropout_rng(self, query: torch.Tensor, dropout: float) -> contextlib.AbstractContextManager[Any]:
+        """Megatron's model-parallel CUDA RNG stream for attention dropout, as its ``DotProductAttention`` uses.
+
+        Tensor-parallel ranks hold different heads and must draw different masks: the default generator is
+        seeded alike on every rank, the tracker's ``model-parallel-rng`` state per rank. CPU dropout uses the CPU
+        generator (the tracker is CUDA-only); with sequence parallelism megatron keeps the default stream too.
+        """
+        tracker = tensor_parallel.get_cuda_rng_tracker()
+        if dropout == 0.0 or not _on_cuda(query) or self.config.sequence_parallel or tracker is None:
+            return contextlib.nullcontext()
+        return tracker.fork()
 
     def _attend_unpadded(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, packed: UnpaddedSequences
