@@ -160,3 +160,19 @@ def test_compat_import_path():
     ):
         assert hasattr(compat, name), name
     assert compat.BionemoLightningModule is BionemoLightningModule
+
+
+@pytest.mark.parametrize(
+    ("reduction", "per_token"), [(MaskedTokenLossReduction, True), (PassthroughLossReduction, False)]
+)
+def test_megatron_trains_the_global_token_weighted_mean_of_token_weighted_reductions(monkeypatch, reduction, per_token):
+    """Under MegatronStrategy megatron averages per-micro-batch means unless calculate_per_token_loss is set."""
+    from bionemo.lightning import ensure_model_parallel
+
+    ensure_model_parallel()
+    config = TinyGPTConfig()
+    monkeypatch.setattr(config, "get_loss_reduction_class", lambda: reduction)
+    module = make_module(config)
+    monkeypatch.setattr(module, "_megatron_driven", lambda: True)
+    module.configure_model()
+    assert config.calculate_per_token_loss is per_token

@@ -114,6 +114,12 @@ class BionemoLightningModule(
             return
         if not self._megatron_driven():
             ensure_model_parallel(cuda=self._compute_device().type == "cuda")
+        elif getattr(self.loss_reduction_class, "token_weighted", False) and hasattr(
+            self.config, "calculate_per_token_loss"
+        ):
+            # one objective on every path: the step's global token-weighted mean (megatron's default would
+            # average per-micro-batch means, weighting the tokens of short micro-batches more)
+            self.config.calculate_per_token_loss = True  # type: ignore[attr-defined]
         model = self.config.configure_model(**self.module_construct_args)
         if model is None:
             raise ValueError(f"{type(self.config).__name__}.configure_model() returned None; it must return the model")

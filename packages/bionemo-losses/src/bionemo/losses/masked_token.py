@@ -1,7 +1,7 @@
 """Masked-token cross-entropy for language models, reduced as a global token-weighted mean."""
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -60,6 +60,12 @@ class MaskedTokenLossReduction(MegatronLossReduction):
         groups: Process groups to reduce over; ``None`` reads megatron's current ones (see
             :class:`ParallelGroups`) each time they are needed.
     """
+
+    token_weighted: ClassVar[bool] = True
+    """``forward`` returns ``(loss_sum, num_tokens, ...)`` and the objective is their global ratio: under
+    MegatronStrategy :class:`bionemo.lightning.BionemoLightningModule` sets the model config's
+    ``calculate_per_token_loss`` so that megatron divides by the step's global token count, as Lightning's
+    strategies do, instead of averaging per-micro-batch means."""
 
     def __init__(self, validation_step: bool = False, groups: ParallelGroups | None = None) -> None:
         super().__init__()
