@@ -17,9 +17,9 @@ ORDER = ["core", "collate", "losses", "callbacks", "lightning", "recipes", "esm2
 THIRD_PARTY = {
     "core": {"torch": "torch", "safetensors": "safetensors"},
     "collate": {},
-    "losses": {"megatron": "megatron-core", "nemo": "nemo-toolkit"},
+    "losses": {"megatron": "megatron-core"},
     "callbacks": {"lightning": "lightning"},
-    "lightning": {},
+    "lightning": {"nemo": "nemo-toolkit"},
     "recipes": {"pydantic": "pydantic", "yaml": "pyyaml", "matplotlib": "matplotlib"},
     "esm2": {"rich": "rich"},
     "cli": {"typer": "typer", "rich": "rich"},

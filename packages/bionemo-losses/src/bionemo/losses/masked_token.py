@@ -5,9 +5,9 @@ from typing import Any, ClassVar
 
 import torch
 
-from bionemo.losses._nemo import MegatronLossReduction
 from bionemo.losses.cross_entropy import token_cross_entropy
 from bionemo.losses.parallel import ParallelGroups, all_reduce_sum
+from bionemo.losses.reduction import LossReduction
 
 __all__ = ["LOSS_SUM_KEY", "MaskedTokenLossReduction", "masked_token_loss_sums"]
 
@@ -39,7 +39,7 @@ def masked_token_loss_sums(
     return (per_token * weights).sum(), weights.sum()
 
 
-class MaskedTokenLossReduction(MegatronLossReduction):
+class MaskedTokenLossReduction(LossReduction):
     """Cross-entropy over the masked tokens of a language-model batch.
 
     ``forward(batch, forward_out)`` reads ``forward_out["token_logits"]`` (or ``forward_out`` itself when it

@@ -39,6 +39,9 @@ class ParallelGroups:
         """Groups of the calling rank: megatron's when initialized, else the world as data parallel."""
         if not (dist.is_available() and dist.is_initialized()):
             return cls()
+        from bionemo.core.megatron_env import prepare_megatron_import
+
+        prepare_megatron_import()
         from megatron.core import parallel_state
 
         if not parallel_state.model_parallel_is_initialized():

@@ -7,12 +7,12 @@ import torch
 
 from bionemo.collate import batch_collator
 from bionemo.core import DataT, get_dtype_device
-from bionemo.losses._nemo import MegatronLossReduction
+from bionemo.losses.reduction import LossReduction
 
 __all__ = ["PassthroughLossReduction"]
 
 
-class PassthroughLossReduction(MegatronLossReduction, Generic[DataT]):
+class PassthroughLossReduction(LossReduction, Generic[DataT]):
     """Hands the forward output through unchanged and collates it over micro-batches.
 
     NeMo's ``MegatronStrategy`` always runs a loss reduction after the forward step. For prediction that
