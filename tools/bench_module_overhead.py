@@ -179,8 +179,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
     from nemo import lightning as nl
 
     from bionemo.core import BionemoTrainableModelConfig
-    from bionemo.lightning import BionemoLightningModule, MegatronDataModule
-    from bionemo.lightning._nemo import MegatronOptimizerModule
+    from bionemo.lightning import BionemoLightningModule, MegatronDataModule, MegatronOptimizerModule
     from bionemo.losses import MaskedTokenLossReduction
 
     class Config(TransformerConfig, BionemoTrainableModelConfig):

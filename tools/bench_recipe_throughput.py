@@ -66,8 +66,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     from bionemo.esm2.recipes import gpu
     from bionemo.esm2.steps import forward_step
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.lightning import BionemoLightningModule
-    from bionemo.lightning._nemo import MegatronOptimizerModule
+    from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
     from bionemo.recipes.settings import Precision, RunSettings
 
     model = _model(args)

@@ -102,3 +102,25 @@ def test_namespace_package_has_no_init():
     for package in ORDER:
         src = ROOT / "packages" / f"bionemo-{package}" / "src" / "bionemo"
         assert not (src / "__init__.py").exists(), f"{src}/__init__.py breaks the PEP 420 namespace"
+
+
+def _private_imports(paths) -> list[str]:
+    """``bionemo.<pkg>._<private>`` imported from outside ``<pkg>``: where each such import is."""
+    found = []
+    for path in paths:
+        own = path.relative_to(ROOT).parts
+        owner = own[4] if own[0] == "packages" and len(own) > 5 else None  # packages/bionemo-x/src/bionemo/<x>/...
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            modules = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            for module in modules:
+                parts = module.split(".")
+                private = len(parts) > 2 and parts[0] == "bionemo" and parts[2].startswith("_")
+                if private and parts[1] != owner:
+                    found.append(f"{path.relative_to(ROOT)} imports {module}")
+    return found
+
+
+def test_no_package_imports_another_packages_private_module():
+    assert _private_imports((ROOT / "packages").rglob("src/bionemo/**/*.py")) == []

@@ -21,8 +21,11 @@ from megatron.core.optimizer import OptimizerConfig  # noqa: E402
 from nemo import lightning as nl  # noqa: E402
 
 from bionemo.callbacks import PerplexityLoggingCallback, PredictionWriter, merge_predictions  # noqa: E402
-from bionemo.lightning import BionemoLightningModule, MegatronDataModule  # noqa: E402
-from bionemo.lightning._nemo import MegatronOptimizerModule  # noqa: E402
+from bionemo.lightning import (  # noqa: E402
+    BionemoLightningModule,
+    MegatronDataModule,
+    MegatronOptimizerModule,  # noqa: E402
+)
 from support.tiny_gpt import BigramDataset, TinyGPTConfig, data_step, forward_step  # noqa: E402
 
 SEQ, VOCAB, N_PREDICT = 32, 64, 37

@@ -15,8 +15,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from torch.utils.data import Dataset
 
 from bionemo.core import BionemoTrainableModelConfig, compute_device
-from bionemo.lightning import BionemoLightningModule, sdpa_layer_spec
-from bionemo.lightning._nemo import MegatronOptimizerModule
+from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule, sdpa_layer_spec
 from bionemo.losses import MaskedTokenLossReduction
 
 

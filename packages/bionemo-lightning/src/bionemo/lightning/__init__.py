@@ -4,6 +4,7 @@
 from bionemo.lightning import _nemo  # noqa: F401  # isort: skip
 
 
+from bionemo.lightning._nemo import MegatronOptimizerModule
 from bionemo.lightning._parallel_init import ensure_model_parallel
 from bionemo.lightning.data import MegatronDataModule
 from bionemo.lightning.megatron_compat import MegatronCompatCallback
@@ -23,6 +24,7 @@ __all__ = [
     "LightningPassthroughPredictionMixin",
     "MegatronCompatCallback",
     "MegatronDataModule",
+    "MegatronOptimizerModule",
     "SDPACoreAttention",
     "UnpaddedSequences",
     "default_megatron_optimizer",
