@@ -204,7 +204,7 @@ def test_unset_flags_leave_the_config_file_in_charge(monkeypatch):
 
     seen, verbose = {}, {}
 
-    def fake_run(command, file, overrides, is_verbose):
+    def fake_run(command, file, overrides, is_verbose, ctx=None):
         seen[command], verbose[command] = overrides, is_verbose
 
     monkeypatch.setattr(run_module, "_run", fake_run)

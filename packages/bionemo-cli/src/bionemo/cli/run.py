@@ -1,11 +1,15 @@
 """``bionemo run train`` and ``bionemo run predict``: one set of shared options, recipe-driven."""
 
+import shlex
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
 from bionemo.recipes.choices import Accelerator, Include, OutputDtype, Precision, StrategyChoice, WriteIntervalChoice
+
+if TYPE_CHECKING:
+    from bionemo.recipes.interrupts import TrainingInterrupted
 
 __all__ = ["run_app"]
 
@@ -65,7 +69,9 @@ VerboseOpt = Annotated[
 ]
 
 
-def _run(command: str, file: Path | None, overrides: dict[str, Any], verbose: bool = False) -> None:
+def _run(
+    command: str, file: Path | None, overrides: dict[str, Any], verbose: bool = False, ctx: typer.Context | None = None
+) -> None:
     from bionemo.cli._quiet import quiet_libraries
     from bionemo.core.megatron_env import prepare_megatron_import
 
@@ -88,12 +94,54 @@ def _run(command: str, file: Path | None, overrides: dict[str, Any], verbose: bo
         rows = getattr(recipe, command)(settings)
     except SettingsError as error:
         raise typer.BadParameter(str(error), param_hint=f"'{error.option}'") from None
+    except _training_interrupted() as stop:  # evaluated only when something other than a SettingsError is raised
+        if stop.report:
+            # the rerun drops --no-resume; a config file's "resume: false" the user has to change
+            config_says_no = not RunSettings.resolve(file, {**overrides, "resume": None}).resume
+            typer.echo(_interrupted(stop, _rerun_command(ctx), config=file if config_says_no else None), err=True)
+        raise typer.Exit(128 + int(stop.signal)) from None
     if rows:
         print_summary(f"bionemo run {command}", rows)
 
 
+def _training_interrupted() -> "type[TrainingInterrupted]":
+    """The exception a signal stops training with; imported late: its module imports torch and Lightning."""
+    from bionemo.recipes.interrupts import TrainingInterrupted
+
+    return TrainingInterrupted
+
+
+def _rerun_command(ctx: typer.Context | None) -> str:
+    """The command line that ran ``ctx``'s command, rebuilt from its options, without ``--no-resume``."""
+    if ctx is None:
+        return "the same command"
+    words = ["bionemo", "run", ctx.info_name or ctx.command.name or ""]
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        if param.name == "no_resume" or value is None or value == param.default:
+            continue
+        option = max(param.opts, key=len)
+        if getattr(param, "is_flag", False):
+            words.append(option)
+            continue
+        for item in value if param.multiple else [value]:
+            words += [option, str(getattr(item, "value", item))]
+    return shlex.join(words)
+
+
+def _interrupted(stop: "TrainingInterrupted", command: str, *, config: Path | None) -> str:
+    """The one line printed when training stopped on a signal."""
+    stopped = f"Training stopped by {stop.signal.name} after step {stop.step}"
+    if stop.checkpoint is None:
+        reason = f" ({stop.save_error})" if stop.save_error else ""
+        return f"{stopped}; no checkpoint was saved{reason}. Rerun to resume from the last periodic one: {command}"
+    enable = f" (after setting resume: true in {config})" if config is not None else ""
+    return f"{stopped}; checkpoint saved to {stop.checkpoint}. Resume with: {command}{enable}"
+
+
 @run_app.command()
 def train(
+    ctx: typer.Context,
     recipe: RecipeOpt = None,
     config: ConfigOpt = None,
     data: DataOpt = None,
@@ -127,9 +175,9 @@ def train(
     ] = None,
 ) -> None:
     """Train (or fine-tune) the recipe's model; with no options, trains the demo on synthetic protein families."""
-    overrides = {k: v for k, v in locals().items() if k not in ("config", "no_resume", "verbose")}
+    overrides = {k: v for k, v in locals().items() if k not in ("ctx", "config", "no_resume", "verbose")}
     overrides.update(truncate=truncate or None, resume=False if no_resume else None)  # unset flags: config decides
-    _run("train", config, overrides, verbose)
+    _run("train", config, overrides, verbose, ctx)
 
 
 @run_app.command()

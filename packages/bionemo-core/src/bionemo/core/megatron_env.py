@@ -9,6 +9,8 @@ cleanly. Nothing changes on a machine with a GPU.
 
 import os
 
+from bionemo.core.cuda_devices import cuda_available
+
 __all__ = ["prepare_megatron_import"]
 
 _MISSING_CUDA_HOME = "/nonexistent/bionemo-no-gpu-cuda-home"
@@ -17,14 +19,13 @@ _MISSING_CUDA_HOME = "/nonexistent/bionemo-no-gpu-cuda-home"
 def prepare_megatron_import() -> bool:
     """Set the two environment variables that let megatron-core import on a GPU-less machine.
 
-    Call before the first ``import megatron.core``. Values the user already set are kept.
+    Call before the first ``import megatron.core``. Values the user already set are kept. Where the environment
+    shows no GPU at all this imports nothing (see ``bionemo.core.cuda_devices``); elsewhere torch decides.
 
     Returns:
         ``True`` when the variables were needed (no CUDA device visible), ``False`` otherwise.
     """
-    import torch
-
-    if torch.cuda.is_available():
+    if cuda_available():
         return False
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     os.environ.setdefault("CUDA_HOME", _MISSING_CUDA_HOME)

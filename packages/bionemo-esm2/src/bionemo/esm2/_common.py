@@ -7,7 +7,7 @@ from typing import Any
 from bionemo.esm2.recipes import value
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
-__all__ = ["checked_checkpoint", "datamodule", "model_config"]
+__all__ = ["checked_checkpoint", "checked_checkpoint_header", "datamodule", "model_config"]
 
 
 def model_config(model: dict[str, Any], settings: RunSettings, *, training: bool = True):
@@ -64,6 +64,16 @@ def datamodule(
         **(loader or {}),
         **datasets,
     )
+
+
+def checked_checkpoint_header(path: Path):
+    """:func:`bionemo.esm2.checkpoint_header.read_checkpoint_header` (no torch) with ``--checkpoint`` errors."""
+    from bionemo.esm2.checkpoint_header import CheckpointError, read_checkpoint_header
+
+    try:
+        return read_checkpoint_header(path)
+    except CheckpointError as error:
+        raise SettingsError(str(error), "--checkpoint") from None
 
 
 def checked_checkpoint(path: Path):

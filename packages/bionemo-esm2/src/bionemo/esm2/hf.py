@@ -1,7 +1,9 @@
 """Hugging Face ESM-2 folders (``transformers.EsmForMaskedLM``) to and from bionemo's megatron-core tensors.
 
 Reads and writes the files themselves (``config.json``, safetensors or ``pytorch_model.bin``, tokenizer files)
-without importing ``transformers``. bionemo tensors are whole (unsharded) megatron-core names:
+without importing ``transformers``; ``config.json`` and the tensor names and shapes (no torch) are in
+``bionemo.esm2.hf_layout``, whose names this module re-exports. bionemo tensors are whole (unsharded)
+megatron-core names:
 
 =====================================================  ================================================
 bionemo (megatron-core)                                Hugging Face (``EsmForMaskedLM``)
@@ -24,18 +26,34 @@ megatron's fused ``linear_qkv`` holds, for each head ``j``, the ``d`` rows of ``
 """
 
 import json
-import math
 import os
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
 
-from bionemo.esm2.tokenizer import ESM_TOKENS
+from bionemo.esm2.hf_layout import (
+    ESM_VOCAB,
+    HF_WEIGHT_FILES,
+    VOCAB_SIZE,
+    CheckpointError,
+    TensorInfo,
+    _hf_pairs,
+    _hf_shapes,
+    _listing,
+    bionemo_shapes,
+    check_bionemo_layout,
+    check_hf_layout,
+    hf_config,
+    hf_index_shards,
+    is_hf_folder,
+    padded_vocab_size,
+    read_hf_config,
+)
 
 __all__ = [
     "ESM_VOCAB",
@@ -54,21 +72,6 @@ __all__ = [
     "write_hf_folder",
 ]
 
-ESM_VOCAB = ESM_TOKENS
-"""ESM-2's 33 tokens in id order (Hugging Face's ``vocab.txt``)."""
-
-VOCAB_SIZE = len(ESM_VOCAB)
-PAD_TOKEN_ID = ESM_VOCAB.index("<pad>")
-MASK_TOKEN_ID = ESM_VOCAB.index("<mask>")
-
-HF_WEIGHT_FILES = (
-    "model.safetensors",
-    "model.safetensors.index.json",
-    "pytorch_model.bin",
-    "pytorch_model.bin.index.json",
-)
-"""Weight files of a Hugging Face folder, in the order they are looked for."""
-
 _SPECIAL_TOKENS = {
     "cls_token": "<cls>",
     "eos_token": "<eos>",
@@ -76,165 +79,6 @@ _SPECIAL_TOKENS = {
     "pad_token": "<pad>",
     "unk_token": "<unk>",
 }
-_SHAPE_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
-_SHOWN = 10
-
-
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: the message names the file or folder, what is wrong and what is valid."""
-
-
-def _listing(names: Iterable[str], limit: int = _SHOWN) -> str:
-    names = list(names)
-    shown = ", ".join(names[:limit])
-    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
-
-
-def padded_vocab_size(vocab_size: int, tensor_parallel: int = 1) -> int:
-    """``vocab_size`` rounded up to a multiple of ``8 * tensor_parallel`` (megatron's vocab-parallel padding).
-
-    Raises:
-        ValueError: For a vocabulary size or tensor-parallel size below 1.
-    """
-    if vocab_size < 1 or tensor_parallel < 1:
-        raise ValueError(f"vocab_size ({vocab_size}) and tensor_parallel ({tensor_parallel}) must be at least 1")
-    multiple = 8 * tensor_parallel
-    return -(-vocab_size // multiple) * multiple
-
-
-def is_hf_folder(path: Path) -> bool:
-    """Whether ``path`` is a directory (a Hugging Face checkpoint is a folder; bionemo weights are one file)."""
-    return Path(path).is_dir()
-
-
-# --------------------------------------------------------------------------------------------------- config
-
-
-def read_hf_config(folder: Path) -> dict[str, Any]:
-    """The bionemo model settings of a Hugging Face ESM-2 folder's ``config.json``.
-
-    Args:
-        folder: A folder saved by ``EsmForMaskedLM.save_pretrained`` (or downloaded from the hub).
-
-    Returns:
-        ``num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length, layernorm_epsilon,
-        token_dropout, hidden_dropout, attention_dropout, vocab_size``. Settings the file leaves out take
-        ``EsmConfig``'s defaults, as ``transformers`` would.
-
-    Raises:
-        CheckpointError: No ``config.json``, unreadable JSON, another ``model_type`` than ``"esm"``, positions
-            other than rotary (ESM-1), ``emb_layer_norm_before``, a folding model (ESMFold), a vocabulary other
-            than ESM-2's 33 tokens, missing or non-positive shape settings, or a hidden size that the heads do
-            not divide.
-    """
-    folder = Path(folder)
-    path = folder / "config.json"
-    if not path.is_file():
-        raise CheckpointError(
-            f"Hugging Face folder {folder} has no config.json; an ESM-2 folder needs config.json and "
-            f"model.safetensors or pytorch_model.bin"
-        )
-    try:
-        config = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise CheckpointError(f"{path} cannot be read as JSON: {error}") from None
-    if not isinstance(config, dict):
-        raise CheckpointError(f"{path} holds a JSON {type(config).__name__}, not an object of settings")
-    model_type = config.get("model_type")
-    if model_type != "esm":
-        raise CheckpointError(
-            f"{path} has model_type {model_type!r}; only ESM-2 models (model_type 'esm', EsmForMaskedLM) are supported"
-        )
-    positions = config.get("position_embedding_type", "absolute")
-    if positions != "rotary":
-        raise CheckpointError(
-            f"{path} has position_embedding_type {positions!r}; only 'rotary' (ESM-2) is supported, ESM-1 style "
-            "absolute or relative positions are not"
-        )
-    if config.get("emb_layer_norm_before"):
-        raise CheckpointError(
-            f"{path} has emb_layer_norm_before true (ESM-1b); ESM-2 models have no layer norm before the encoder"
-        )
-    if config.get("is_folding_model"):
-        raise CheckpointError(f"{path} is a folding model (ESMFold); only ESM-2 language models are supported")
-    vocab = config.get("vocab_size")
-    if vocab != VOCAB_SIZE:
-        raise CheckpointError(f"{path} has vocab_size {vocab!r}; ESM-2's vocabulary has {VOCAB_SIZE} tokens")
-    for key in _SHAPE_KEYS:
-        value = config.get(key)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise CheckpointError(f"{path} has {key} {value!r}; it must be a positive integer")
-    hidden, heads = config["hidden_size"], config["num_attention_heads"]
-    if hidden % heads:
-        raise CheckpointError(
-            f"{path}: hidden_size {hidden} is not divisible by num_attention_heads {heads}; each head needs "
-            "hidden_size / num_attention_heads dimensions"
-        )
-    if (hidden // heads) % 2:
-        raise CheckpointError(
-            f"{path}: head dimension hidden_size / num_attention_heads = {hidden // heads} is odd; rotary "
-            "embeddings need an even one"
-        )
-    seq_length = config.get("max_position_embeddings", 1026)
-    if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 3:
-        raise CheckpointError(f"{path} has max_position_embeddings {seq_length!r}; it must be an integer above 2")
-    settings = {
-        "layer_norm_eps": 1e-12,
-        "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.1,
-    }
-    for key, default in settings.items():
-        value = config.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-            raise CheckpointError(f"{path} has {key} {value!r}; it must be a non-negative number")
-        settings[key] = float(value)
-    return {
-        "num_layers": config["num_hidden_layers"],
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "ffn_hidden_size": config["intermediate_size"],
-        "seq_length": seq_length,
-        "layernorm_epsilon": settings["layer_norm_eps"],
-        "token_dropout": bool(config.get("token_dropout", False)),
-        "hidden_dropout": settings["hidden_dropout_prob"],
-        "attention_dropout": settings["attention_probs_dropout_prob"],
-        "vocab_size": VOCAB_SIZE,
-    }
-
-
-def hf_config(model: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``config.json`` of an ``EsmForMaskedLM`` with bionemo settings ``model``.
-
-    Raises:
-        KeyError: When ``model`` lacks one of the shape settings.
-    """
-    return {
-        "architectures": ["EsmForMaskedLM"],
-        "model_type": "esm",
-        "attention_probs_dropout_prob": float(model.get("attention_dropout", 0.0)),
-        "hidden_dropout_prob": float(model.get("hidden_dropout", 0.0)),
-        "emb_layer_norm_before": False,
-        "esmfold_config": None,
-        "hidden_act": "gelu",
-        "hidden_size": int(model["hidden_size"]),
-        "initializer_range": 0.02,
-        "intermediate_size": int(model["ffn_hidden_size"]),
-        "is_folding_model": False,
-        "layer_norm_eps": float(model.get("layernorm_epsilon", 1e-5)),
-        "mask_token_id": MASK_TOKEN_ID,
-        "max_position_embeddings": int(model.get("seq_length", 1026)),
-        "num_attention_heads": int(model["num_attention_heads"]),
-        "num_hidden_layers": int(model["num_layers"]),
-        "pad_token_id": PAD_TOKEN_ID,
-        "position_embedding_type": "rotary",
-        "tie_word_embeddings": True,
-        "token_dropout": bool(model.get("token_dropout", True)),
-        "torch_dtype": "float32",
-        "dtype": "float32",
-        "use_cache": True,
-        "vocab_list": None,
-        "vocab_size": VOCAB_SIZE,
-    }
 
 
 # --------------------------------------------------------------------------------------------------- tensors
@@ -256,21 +100,8 @@ def _load_file(path: Path) -> dict[str, torch.Tensor]:
 
 
 def _load_index(index: Path) -> dict[str, torch.Tensor]:
-    try:
-        weight_map = json.loads(index.read_text())["weight_map"]
-        if not isinstance(weight_map, dict):
-            raise TypeError("weight_map is not an object")
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
-        raise CheckpointError(
-            f"{index} cannot be read: {error}; a shard index is JSON with a weight_map of tensor name -> shard file"
-        ) from None
     tensors: dict[str, torch.Tensor] = {}
-    for shard in dict.fromkeys(weight_map.values()):
-        path = index.parent / str(shard)
-        if Path(str(shard)).is_absolute() or ".." in Path(str(shard)).parts:
-            raise CheckpointError(f"{index} names shard {shard!r} outside its folder")
-        if not path.is_file():
-            raise CheckpointError(f"{index} names shard {shard}, which is not in {index.parent}")
+    for path in hf_index_shards(index):
         tensors.update(_load_file(path))
     return tensors
 
@@ -293,41 +124,6 @@ def read_hf_tensors(folder: Path) -> dict[str, torch.Tensor]:
     raise CheckpointError(f"Hugging Face folder {folder} has no weights; it needs one of {', '.join(HF_WEIGHT_FILES)}")
 
 
-def _hf_pairs(num_layers: int) -> list[tuple[str, str]]:
-    """(bionemo name, Hugging Face name without ``esm.``) of every tensor copied one to one."""
-    pairs = [("decoder.final_layernorm", "encoder.emb_layer_norm_after")]
-    for i in range(num_layers):
-        ours, theirs = f"decoder.layers.{i}.", f"encoder.layer.{i}."
-        pairs += [
-            (f"{ours}input_layernorm", f"{theirs}attention.LayerNorm"),
-            (f"{ours}self_attention.linear_proj", f"{theirs}attention.output.dense"),
-            (f"{ours}pre_mlp_layernorm", f"{theirs}LayerNorm"),
-            (f"{ours}mlp.linear_fc1", f"{theirs}intermediate.dense"),
-            (f"{ours}mlp.linear_fc2", f"{theirs}output.dense"),
-        ]
-    pairs += [("lm_head.dense", "lm_head.dense"), ("lm_head.layer_norm", "lm_head.layer_norm")]
-    return [(f"{a}.{kind}", f"{b}.{kind}") for a, b in pairs for kind in ("weight", "bias")]
-
-
-def _hf_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Hugging Face name (without ``esm.`` for the encoder) -> shape, for every tensor the model needs."""
-    h, f, layers = int(model["hidden_size"]), int(model["ffn_hidden_size"]), int(model["num_layers"])
-    shapes: dict[str, tuple[int, ...]] = {"embeddings.word_embeddings.weight": (VOCAB_SIZE, h)}
-    for i in range(layers):
-        layer = f"encoder.layer.{i}."
-        for part in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
-            shapes[f"{layer}{part}.weight"], shapes[f"{layer}{part}.bias"] = (h, h), (h,)
-        for norm in ("attention.LayerNorm", "LayerNorm"):
-            shapes[f"{layer}{norm}.weight"] = shapes[f"{layer}{norm}.bias"] = (h,)
-        shapes[f"{layer}intermediate.dense.weight"], shapes[f"{layer}intermediate.dense.bias"] = (f, h), (f,)
-        shapes[f"{layer}output.dense.weight"], shapes[f"{layer}output.dense.bias"] = (h, f), (h,)
-    for norm in ("encoder.emb_layer_norm_after", "lm_head.layer_norm"):
-        shapes[f"{norm}.weight"] = shapes[f"{norm}.bias"] = (h,)
-    shapes["lm_head.dense.weight"], shapes["lm_head.dense.bias"] = (h, h), (h,)
-    shapes["lm_head.bias"] = (VOCAB_SIZE,)
-    return shapes
-
-
 def _ignored_kind(name: str) -> str | None:
     """Why a Hugging Face tensor (name without ``esm.``) is known and not needed, or None."""
     if name.startswith("contact_head."):
@@ -341,11 +137,9 @@ def _ignored_kind(name: str) -> str | None:
     return None
 
 
-def _config_text(model: Mapping[str, Any]) -> str:
-    return (
-        f"num_hidden_layers={model['num_layers']}, hidden_size={model['hidden_size']}, "
-        f"num_attention_heads={model['num_attention_heads']}, intermediate_size={model['ffn_hidden_size']}"
-    )
+def _tensor_info(value: torch.Tensor) -> TensorInfo:
+    """What the layout checks of ``bionemo.esm2.hf_layout`` need of ``value``."""
+    return TensorInfo(str(value.dtype), tuple(value.shape), value.is_floating_point())
 
 
 def _check_finite(name: str, value: torch.Tensor) -> None:
@@ -374,33 +168,10 @@ def hf_to_bionemo(
     """
     if padded_vocab_size < VOCAB_SIZE:
         raise ValueError(f"padded_vocab_size {padded_vocab_size} is below ESM-2's {VOCAB_SIZE} tokens")
-    found: dict[str, str] = {}  # name without "esm." -> name in the file
-    for name in hf_tensors:
-        found.setdefault(name.removeprefix("esm."), name)
-    prefixed = not hf_tensors or any(name.startswith("esm.") for name in hf_tensors)
-
-    def shown(base: str) -> str:
-        if base in found:
-            return found[base]
-        return f"esm.{base}" if prefixed and not base.startswith("lm_head.") else base
-
-    shapes = _hf_shapes(model)
-    missing = [shown(name) for name in shapes if name not in found]
-    if missing:
-        raise CheckpointError(
-            f"{len(missing)} Hugging Face tensor(s) are missing for an EsmForMaskedLM with {_config_text(model)}: "
-            f"{_listing(missing)}"
-        )
-    for name, shape in shapes.items():
-        value = hf_tensors[found[name]]
-        if tuple(value.shape) != shape:
-            raise CheckpointError(
-                f"tensor {found[name]} has shape {tuple(value.shape)}, the config needs {shape} "
-                f"(config.json: {_config_text(model)})"
-            )
-        if not value.is_floating_point():
-            raise CheckpointError(f"tensor {found[name]} has dtype {value.dtype}; model weights are floating point")
-        _check_finite(found[name], value)
+    # name without "esm." -> name in the file
+    found = check_hf_layout({name: _tensor_info(value) for name, value in hf_tensors.items()}, model)
+    for name in _hf_shapes(model):
+        _check_finite(found[name], hf_tensors[found[name]])
 
     def get(base: str) -> torch.Tensor:
         return hf_tensors[found[base]].detach().to("cpu", torch.float32)
@@ -426,7 +197,7 @@ def hf_to_bionemo(
     ours = {name: value.contiguous() for name, value in ours.items()}
 
     notes: list[str] = []
-    used = set(shapes)
+    used = set(_hf_shapes(model))
     ignored: dict[str, list[str]] = {}
     unknown: list[str] = []
     for base, name in found.items():
@@ -457,20 +228,6 @@ def hf_to_bionemo(
     return ours, notes
 
 
-def bionemo_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every whole bionemo tensor of an ESM-2 with ``model`` settings (33 vocabulary rows)."""
-    h = int(model["hidden_size"])
-    shapes: dict[str, tuple[int, ...]] = {"embedding.word_embeddings.weight": (VOCAB_SIZE, h)}
-    hf = _hf_shapes(model)
-    for i in range(int(model["num_layers"])):
-        shapes[f"decoder.layers.{i}.self_attention.linear_qkv.weight"] = (3 * h, h)
-        shapes[f"decoder.layers.{i}.self_attention.linear_qkv.bias"] = (3 * h,)
-    for mine, theirs in _hf_pairs(int(model["num_layers"])):
-        shapes[mine] = hf[theirs]
-    shapes["output_layer.bias"] = (VOCAB_SIZE,)
-    return shapes
-
-
 def check_bionemo_tensors(
     tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any], *, padded_vocab: bool = True
 ) -> None:
@@ -484,19 +241,10 @@ def check_bionemo_tensors(
     Raises:
         CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or NaN/Inf.
     """
-    shapes = bionemo_shapes(model)
-    missing = [name for name in shapes if name not in tensors]
-    if missing:
-        raise CheckpointError(f"{len(missing)} bionemo tensor(s) are missing: {_listing(missing)}")
-    for name, shape in shapes.items():
-        value = tensors[name]
-        found = tuple(value.shape)
-        vocab_rows = padded_vocab and name in ("embedding.word_embeddings.weight", "output_layer.bias")
-        if found != shape and not (vocab_rows and found[1:] == shape[1:] and found[0] >= VOCAB_SIZE):
-            raise CheckpointError(f"tensor {name} has shape {found}, the config needs {shape} ({_config_text(model)})")
-        if not value.is_floating_point():
-            raise CheckpointError(f"tensor {name} has dtype {value.dtype}; model weights are floating point")
-        _check_finite(name, value)
+    layout = {name: _tensor_info(value) for name, value in tensors.items()}
+    check_bionemo_layout(layout, model, padded_vocab=padded_vocab)
+    for name in bionemo_shapes(model):
+        _check_finite(name, tensors[name])
 
 
 def _rotary_inv_freq(head_dim: int) -> torch.Tensor:

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bionemo.esm2._common import checked_checkpoint, model_config
+from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, model_config
 from bionemo.esm2._measured import finite, shown
 from bionemo.recipes.settings import Include, Precision, RunSettings, SettingsError
 
@@ -27,28 +27,31 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
     from bionemo.esm2.train import check_same_shape
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir
 
+    # every check that needs no tensor comes first and imports nothing heavy: bad input is refused at once
     check_hardware(settings, training=False)
-    checkpoint = checked_checkpoint(settings.checkpoint or BUNDLED_CHECKPOINT)
+    header = checked_checkpoint_header(settings.checkpoint or BUNDLED_CHECKPOINT)
     for key, given in (settings.model or {}).items():  # `recipes show` output as --config: the same model is fine
-        if checkpoint.model.get(key) != given:
+        if header.model.get(key) != given:
             raise SettingsError(
-                f"model setting {key}={given!r} differs from the checkpoint's {checkpoint.model.get(key)!r}; "
+                f"model setting {key}={given!r} differs from the checkpoint's {header.model.get(key)!r}; "
                 "prediction reads the model from --checkpoint: remove `model` from the --config file",
                 "--config",
             )
     if "recipe" in settings.model_fields_set:
-        check_same_shape(checkpoint.model, defaults["model"], recipe, checkpoint.path)
+        check_same_shape(header.model, defaults["model"], recipe, header.path)
     if settings.precision is None and accelerator(settings) == "gpu":
         settings = settings.model_copy(update={"precision": Precision.BF16})  # GPUs predict in bf16 by default
     data = settings.data or BUNDLED_SEQUENCES
     try:
-        records = read_sequences(data, checkpoint.model["seq_length"] - 2, settings.truncate)
+        records = read_sequences(data, header.model["seq_length"] - 2, settings.truncate)
     except InputError as error:
         raise SettingsError(str(error), "--data") from None
-    layers = absolute_layers(settings.layer, checkpoint.model["num_layers"])
+    layers = absolute_layers(settings.layer, header.model["num_layers"])
     _check_budget(settings.tokens_per_batch, records)
     _check_unpadded(settings)
     out = settings.output_dir or Path("bionemo_predictions")
+    check_output_dir(out, create=False)
+    checkpoint = checked_checkpoint(header.path)  # the tensors: NaN/Inf and what only reading them shows
     check_output_dir(out)
     return _predict(settings, defaults, recipe, checkpoint, records, out, layers)
 
@@ -67,22 +70,38 @@ def _check_budget(tokens_per_batch: int | None, records: list) -> None:
 
 
 def _check_unpadded(settings: RunSettings) -> None:
-    """``--unpadded`` needs CUDA GPUs in bf16 / fp16, a torch with variable-length attention, and no pipeline."""
+    """``--unpadded`` needs CUDA GPUs in bf16 / fp16, a torch with variable-length attention, and no pipeline.
+
+    torch and bionemo.lightning are imported only when every other condition holds.
+    """
     if not settings.unpadded:
         return
-    import torch
-
-    from bionemo.lightning import varlen_attention_available
+    from bionemo.core.cuda_devices import cuda_available
 
     precision = settings.precision.value if settings.precision else "32"
-    dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision.split("-")[0], torch.float32)
-    if settings.pipeline_parallel > 1 or not varlen_attention_available(dtype) or settings.accelerator.value == "cpu":
+    half = precision.split("-")[0] in ("bf16", "16")
+    if (
+        settings.pipeline_parallel > 1
+        or settings.accelerator.value == "cpu"
+        or not half
+        or not cuda_available()
+        or not _varlen_attention_available(precision)
+    ):
         raise SettingsError(
             f"--unpadded needs CUDA GPUs with --precision bf16 or 16 (given: {precision}), torch >= 2.9 "
             f"(variable-length attention) and --pipeline-parallel 1 (given: {settings.pipeline_parallel}); "
             "leave it out to predict on padded batches",
             "--unpadded",
         )
+
+
+def _varlen_attention_available(precision: str) -> bool:
+    import torch
+
+    from bionemo.lightning import varlen_attention_available
+
+    dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision.split("-")[0], torch.float32)
+    return varlen_attention_available(dtype)
 
 
 def absolute_layers(layers: list[int], num_layers: int) -> list[int]:

@@ -1,8 +1,14 @@
-"""The ESM-2 vocabulary (33 tokens, Hugging Face's order) and a one-token-per-residue tokenizer."""
+"""The ESM-2 vocabulary (33 tokens, Hugging Face's order) and a one-token-per-residue tokenizer.
+
+torch is imported when a tokenizer is made, not with this module: the alphabet and
+:meth:`ProteinTokenizer.invalid_characters` check input files before the CLI imports anything heavy.
+"""
 
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 __all__ = ["AMINO_ACIDS", "ESM_TOKENS", "RESIDUE_LETTERS", "ProteinTokenizer"]
 
@@ -28,6 +34,8 @@ class ProteinTokenizer:
     """
 
     def __init__(self) -> None:
+        import torch
+
         self.tokens = list(ESM_TOKENS)
         self.ids = {token: i for i, token in enumerate(self.tokens)}
         self.cls_id, self.pad_id, self.eos_id, self.unk_id, self.mask_id = (
@@ -50,7 +58,7 @@ class ProteinTokenizer:
         allowed = set(RESIDUE_LETTERS + RESIDUE_LETTERS.lower())
         return list(dict.fromkeys(c for c in sequence if c not in allowed))
 
-    def encode(self, sequence: str) -> torch.Tensor:
+    def encode(self, sequence: str) -> "torch.Tensor":
         """``[len + 2]`` ids: ``<cls>``, one id per residue, ``<eos>``.
 
         Raises:
@@ -59,10 +67,14 @@ class ProteinTokenizer:
         bad = self.invalid_characters(sequence)
         if bad:
             raise ValueError(f"characters {bad} are not amino acids; valid: {AMINO_ACIDS} and X, B, U, Z, O")
+        import torch
+
         codes = torch.frombuffer(bytearray(sequence.encode("ascii")), dtype=torch.uint8).long()
         return torch.cat([torch.tensor([self.cls_id]), self._table[codes], torch.tensor([self.eos_id])])
 
-    def decode(self, ids: Sequence[int] | torch.Tensor) -> str:
+    def decode(self, ids: "Sequence[int] | torch.Tensor") -> str:
         """Residue letters of ``ids``, special tokens left out."""
+        import torch
+
         values = ids.tolist() if isinstance(ids, torch.Tensor) else list(ids)
         return "".join(self.tokens[i] for i in values if len(self.tokens[i]) == 1 and self.tokens[i].isalpha())

@@ -5,7 +5,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from bionemo.esm2._common import checked_checkpoint, datamodule, model_config
+from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, datamodule, model_config
 from bionemo.esm2._measured import finite, shown
 from bionemo.esm2.recipes import value
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
@@ -25,13 +25,14 @@ def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> li
     from bionemo.esm2.readers import InputError, read_sequences
     from bionemo.recipes.trainers import check_hardware, check_output_dir, is_launching_rank
 
+    # every check that needs no tensor comes first and imports nothing heavy: bad input is refused at once
     model = _checked_model({**defaults["model"], **(settings.model or {})})
-    start = None
+    header = None
     if settings.checkpoint is not None:
-        start = checked_checkpoint(settings.checkpoint)
-        check_same_shape(start.model, model, recipe, settings.checkpoint)
+        header = checked_checkpoint_header(settings.checkpoint)
+        check_same_shape(header.model, model, recipe, settings.checkpoint)
         # the checkpoint's own settings (token dropout, epsilon, length) win over the recipe's
-        model = {**model, **{k: v for k, v in start.model.items() if k != "vocab_size"}}
+        model = {**model, **{k: v for k, v in header.model.items() if k != "vocab_size"}}
     defaults = {**defaults, "model": model}
     out = settings.output_dir or Path("bionemo_runs") / recipe
     check_hardware(settings)
@@ -45,6 +46,8 @@ def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> li
             raise SettingsError(str(error), "--data") from None
         if len(records) < 2:
             raise SettingsError(f"{data} holds {len(records)} sequence; training needs at least 2", "--data")
+    check_output_dir(out, create=False)
+    start = None if header is None else checked_checkpoint(header.path)  # the tensors: NaN/Inf
     check_output_dir(out)
     if data is None:
         # every rank generates the same records (no rank reads a file another may be writing); the file is
@@ -63,7 +66,6 @@ def _fit(
 
     import lightning.pytorch as pl
     import torch
-    from lightning.pytorch.callbacks import RichProgressBar
     from lightning.pytorch.loggers import TensorBoardLogger
     from megatron.core.optimizer import OptimizerConfig
 
@@ -72,11 +74,11 @@ def _fit(
     from bionemo.esm2.steps import forward_step
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.esm2.weights import apply_weights, full_state_dict, save_weights
-    from bionemo.lightning import BionemoLightningModule
-    from bionemo.lightning._nemo import MegatronOptimizerModule
-    from bionemo.recipes.checkpoints import checkpoint_callback, resume_checkpoint
+    from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
+    from bionemo.recipes.checkpoints import checkpoint_callback, interrupt_checkpoint, resume_checkpoint
     from bionemo.recipes.metrics_log import CSVLogPosition, ResumableCSVLogger
     from bionemo.recipes.plots import plot_curves
+    from bionemo.recipes.progress import StepProgressBar
     from bionemo.recipes.trainers import build_trainer, uses_megatron
 
     pl.seed_everything(settings.seed, workers=True, verbose=False)
@@ -123,9 +125,11 @@ def _fit(
         training=True,
         callbacks=[
             PerplexityLoggingCallback(log_train=True, log_val=True),
+            # Ctrl-C / SIGTERM: every rank stops after the same step and saves what a rerun resumes from
+            interrupt_checkpoint(settings, checkpoints),
             checkpoint_callback(settings, checkpoints, every_n_train_steps=interval),
             CSVLogPosition(csv_logger),
-            RichProgressBar(leave=True),
+            StepProgressBar(leave=True),
         ],
         logger=[csv_logger, TensorBoardLogger(out, name="logs", version="")],
         max_steps=max_steps,
@@ -209,8 +213,22 @@ def check_same_shape(found: dict[str, Any], wanted: dict[str, Any], recipe: str,
     )
 
 
+_MODEL_KEYS = frozenset({
+    "vocab_size", "seq_length", "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
+    "layernorm_epsilon", "hidden_dropout", "attention_dropout", "token_dropout", "mask_token_id", "rotary_base",
+    "compile_rope", "masked_softmax_fusion", "bias_activation_fusion", "bias_dropout_fusion",
+    "gradient_accumulation_fusion", "apply_rope_fusion", "use_cpu_initialization",
+})  # fmt: skip
+"""``ESM2Config``'s own fields: model settings known valid without importing it (and megatron-core with it)."""
+
+
 def _checked_model(model: dict[str, Any]) -> dict[str, Any]:
-    """``model`` if every key is an ``ESM2Config`` field, else a SettingsError listing the valid ones."""
+    """``model`` if every key is an ``ESM2Config`` field, else a SettingsError listing the valid ones.
+
+    ``ESM2Config`` (megatron-core) is imported only for keys outside :data:`_MODEL_KEYS`.
+    """
+    if _MODEL_KEYS.issuperset(model):
+        return model
     import dataclasses
 
     from bionemo.esm2.model import ESM2Config

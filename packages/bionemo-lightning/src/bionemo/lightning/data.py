@@ -4,13 +4,13 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import lightning.pytorch as pl
 from megatron.core import num_microbatches_calculator
 from nemo.lightning.data import WrappedDataLoader
 from nemo.lightning.pytorch.plugins import MegatronDataSampler
 from torch.utils.data import Dataset, Sampler, default_collate
 from typing_extensions import override
 
-import lightning.pytorch as pl
 from bionemo.lightning.megatron_compat import scale_limits_to_steps
 
 __all__ = ["MegatronDataModule"]

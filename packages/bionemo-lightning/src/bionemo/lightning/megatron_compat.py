@@ -53,11 +53,11 @@ import sys
 import types
 from typing import Any
 
+import lightning.pytorch as pl
 import torch
 from megatron.core import parallel_state
 from typing_extensions import override
 
-import lightning.pytorch as pl
 from bionemo.lightning._nemo import MegatronStep, MegatronStrategy
 
 __all__ = [

@@ -5,12 +5,12 @@ import itertools
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, Generic
 
+import lightning.pytorch as pl
 import torch
 from megatron.core.distributed import DistributedDataParallel
 from megatron.core.transformer.module import Float16Module
 from typing_extensions import override
 
-import lightning.pytorch as pl
 from bionemo.callbacks import DEFAULT_INDEX_KEY
 from bionemo.core import BionemoTrainableModelConfig, DataStep, ForwardStep, LossT, ModelT, using_device
 from bionemo.lightning._nemo import CallbackConnector, MegatronOptimizerModule, MegatronStrategy, io

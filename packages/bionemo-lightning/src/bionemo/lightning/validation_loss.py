@@ -3,10 +3,10 @@
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-import lightning.pytorch as pl
 from bionemo.losses import LOSS_SUM_KEY, ParallelGroups, all_reduce_sum
 
 __all__ = ["TokenWeightedValidationLoss"]

@@ -9,10 +9,11 @@ from typing import Any
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
+from bionemo.recipes.interrupts import InterruptCheckpoint
 from bionemo.recipes.settings import RunSettings
 from bionemo.recipes.trainers import uses_megatron
 
-__all__ = ["StepCheckpoint", "checkpoint_callback", "resume_checkpoint"]
+__all__ = ["StepCheckpoint", "checkpoint_callback", "interrupt_checkpoint", "resume_checkpoint"]
 
 
 class StepCheckpoint(ModelCheckpoint):
@@ -44,6 +45,16 @@ def checkpoint_callback(settings: RunSettings, dirpath: Path, every_n_train_step
     if uses_megatron(settings):
         return StepCheckpoint(monitor="step", mode="max", save_top_k=2, **common)
     return StepCheckpoint(save_last=True, save_top_k=0, **common)
+
+
+def interrupt_checkpoint(settings: RunSettings, dirpath: Path) -> InterruptCheckpoint:
+    """The checkpoint saved on Ctrl-C or SIGTERM, named so that :func:`resume_checkpoint` picks it next.
+
+    Lightning's strategies: ``last.ckpt``, written atomically like the periodic one. MegatronStrategy: a
+    ``step<N>`` directory beside the periodic ones (outside their keep-two rotation), whole once its
+    ``metadata.json`` is written.
+    """
+    return InterruptCheckpoint(dirpath, "step{step}" if uses_megatron(settings) else "last")
 
 
 def resume_checkpoint(settings: RunSettings, dirpath: Path) -> str | None:

@@ -1,5 +1,8 @@
-"""Lightning checkpoint IO that never unpickles arbitrary objects when resuming."""
+"""Lightning checkpoint IO that writes checkpoints atomically and never unpickles arbitrary objects when resuming."""
 
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -11,7 +14,34 @@ __all__ = ["SafeCheckpointIO"]
 
 
 class SafeCheckpointIO(TorchCheckpointIO):
-    """Saves like Lightning, loads with ``torch.load(weights_only=True)`` (tensors and plain containers only)."""
+    """Saves atomically beside the target; loads with ``torch.load(weights_only=True)`` (tensors, plain containers)."""
+
+    @override
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: _PATH, storage_options: Any | None = None) -> None:
+        """Write a temporary file beside ``path``, then rename it over ``path``.
+
+        A save cut short (a second Ctrl-C, SIGKILL after SIGTERM) leaves the previous checkpoint, never a partial
+        one. Lightning's own save stages the file under TMPDIR and moves it, a copy when TMPDIR is another
+        filesystem. Remote paths (``scheme://``) are saved by Lightning.
+        """
+        if storage_options is not None or "://" in str(path):
+            super().save_checkpoint(checkpoint, path, storage_options)
+            return
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+        try:
+            with os.fdopen(fd, "wb") as file:
+                torch.save(checkpoint, file)
+                file.flush()
+                os.fsync(file.fileno())
+            umask = os.umask(0)
+            os.umask(umask)
+            os.chmod(tmp, 0o666 & ~umask)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
 
     @override
     def load_checkpoint(

@@ -10,9 +10,9 @@ __all__ = ["build_trainer", "check_hardware", "check_output_dir", "is_launching_
 
 
 def _cuda_devices() -> int:
-    import torch
+    from bionemo.core.cuda_devices import cuda_device_count
 
-    return torch.cuda.device_count()
+    return cuda_device_count()  # torch.cuda.device_count(), without importing torch where there is plainly no GPU
 
 
 def accelerator(settings: RunSettings) -> str:
@@ -66,18 +66,48 @@ def check_hardware(settings: RunSettings, *, training: bool = True) -> None:
         )
 
 
-def check_output_dir(path: Path) -> None:
-    """Create ``path`` if needed and make sure files can be written there."""
+def check_output_dir(path: Path, *, create: bool = True) -> None:
+    """Create ``path`` if needed and make sure files can be written there.
+
+    ``create=False`` changes nothing on disk: a missing ``path`` passes when its nearest existing parent is a
+    writable directory (so a run can refuse its output directory first and leave nothing behind when a later,
+    slower check fails).
+    """
     if path.exists() and not path.is_dir():
         raise SettingsError(
             f"output directory {path} is an existing file, not a directory; give a directory", "--output-dir"
         )
+    if not create:
+        _check_creatable(path)
+        return
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as error:
         raise SettingsError(f"output directory {path} cannot be created: {error.strerror}", "--output-dir") from None
     if not path.is_dir() or not os.access(path, os.W_OK | os.X_OK):
         raise SettingsError(f"output directory {path} is not writable", "--output-dir")
+
+
+def _check_creatable(path: Path) -> None:
+    """What ``check_output_dir`` would refuse, found without creating anything."""
+    import errno
+
+    parent = path
+    while not parent.exists() and parent.parent != parent:
+        parent = parent.parent
+    if parent == path:
+        if not os.access(path, os.W_OK | os.X_OK):
+            raise SettingsError(f"output directory {path} is not writable", "--output-dir")
+        return
+    problem = None
+    if not parent.is_dir():
+        problem = errno.ENOTDIR
+    elif os.statvfs(parent).f_flag & os.ST_RDONLY:
+        problem = errno.EROFS
+    elif not os.access(parent, os.W_OK | os.X_OK):
+        problem = errno.EACCES
+    if problem is not None:
+        raise SettingsError(f"output directory {path} cannot be created: {os.strerror(problem)}", "--output-dir")
 
 
 def is_launching_rank() -> bool:

@@ -1,0 +1,167 @@
+"""A ``--checkpoint`` checked from its headers alone: no tensor data is read and nothing heavy is imported.
+
+:func:`read_checkpoint_header` refuses a missing path, a training checkpoint, a Hugging Face folder whose
+``config.json`` or weight files are unusable, and a bionemo ``.safetensors`` file that is not a complete
+safetensors file or lacks its model config, and checks every tensor's name, shape and type against the model
+settings, all from ``config.json``, shard indexes and safetensors headers. What only the values show (NaN/Inf,
+a damaged ``pytorch_model.bin``) is found when :func:`bionemo.esm2.checkpoint.load_checkpoint` reads them.
+"""
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bionemo.core.safetensors_header import SafetensorsHeader, SafetensorsHeaderError, read_safetensors_header
+from bionemo.esm2.hf_layout import (
+    HF_WEIGHT_FILES,
+    CheckpointError,
+    TensorInfo,
+    check_bionemo_layout,
+    check_hf_layout,
+    hf_index_shards,
+    is_hf_folder,
+    read_hf_config,
+)
+
+__all__ = ["ESM_DEFAULTS", "CheckpointHeader", "read_checkpoint_header", "refuse_training_checkpoint"]
+
+ESM_DEFAULTS = {
+    "seq_length": 1026,
+    "layernorm_epsilon": 1e-5,
+    "token_dropout": True,
+    "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+    "vocab_size": 33,
+}
+"""``ESM2Config``'s defaults for the settings a Hugging Face config also holds (older bionemo files omit them)."""
+
+_TORCH_NAMES = {
+    "BOOL": "torch.bool",
+    "U8": "torch.uint8",
+    "I8": "torch.int8",
+    "I16": "torch.int16",
+    "U16": "torch.uint16",
+    "I32": "torch.int32",
+    "U32": "torch.uint32",
+    "I64": "torch.int64",
+    "U64": "torch.uint64",
+    "F16": "torch.float16",
+    "BF16": "torch.bfloat16",
+    "F32": "torch.float32",
+    "F64": "torch.float64",
+}
+"""safetensors' type names as torch prints the types (the messages match those of the tensor checks)."""
+
+_NOT_FLOATING_POINT = ("BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CheckpointHeader:
+    """What a checkpoint's headers say: the model settings, the bionemo metadata and the kind of checkpoint."""
+
+    path: Path
+    """The file or folder given."""
+    model: dict[str, Any]
+    """``ESM2Config`` settings: shape, ``seq_length``, ``token_dropout``, layer-norm epsilon, dropout."""
+    metadata: dict[str, Any] = field(default_factory=dict)
+    """The bionemo file's metadata (recipe, training steps, validation perplexity); empty for Hugging Face."""
+    source: str = "bionemo"
+    """``"bionemo"`` or ``"huggingface"``."""
+
+
+def read_checkpoint_header(path: Path) -> CheckpointHeader:
+    """Check ``path`` (a Hugging Face ESM-2 folder or a bionemo ``.safetensors`` file) without reading tensors.
+
+    Raises:
+        CheckpointError: A missing path, a training checkpoint, an unusable ``config.json``, no or unreadable
+            weight files (truncated, not safetensors, a shard index naming missing shards), a bionemo file without
+            its model config, or tensors missing or of the wrong shape or type for the model settings.
+    """
+    if not path.exists():
+        raise CheckpointError(
+            f"checkpoint {path} does not exist; give a Hugging Face ESM-2 folder (config.json + model.safetensors "
+            "or pytorch_model.bin) or a bionemo model.safetensors"
+        )
+    refuse_training_checkpoint(path)
+    if is_hf_folder(path):
+        return _hf_header(path)
+    return _bionemo_header(path)
+
+
+def refuse_training_checkpoint(path: Path) -> None:
+    """Training checkpoints (Lightning ``.ckpt``, megatron ``step<N>/``) are for ``--resume``, not model weights.
+
+    Raises:
+        CheckpointError: ``path`` is one, naming the weights file the run exported instead.
+    """
+    megatron = path.is_dir() and (path / "weights" / "metadata.json").is_file()
+    if path.suffix == ".ckpt" or megatron:
+        run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
+        raise CheckpointError(
+            f"{path} is a training checkpoint (it resumes training with --resume); --checkpoint takes model weights: "
+            f"the model.safetensors a run exports (here {run / 'model.safetensors'}) or a Hugging Face folder"
+        )
+
+
+def _layout(header: SafetensorsHeader) -> dict[str, TensorInfo]:
+    """Each tensor of a safetensors file, as its header describes it."""
+    return {
+        name: TensorInfo(_TORCH_NAMES.get(e.dtype, e.dtype), e.shape, e.dtype not in _NOT_FLOATING_POINT)
+        for name, e in header.tensors.items()
+    }
+
+
+def _hf_file_layout(path: Path) -> dict[str, TensorInfo] | None:
+    """The tensors of one Hugging Face weight file; None for ``.bin`` files (torch pickles: read later)."""
+    if not path.name.endswith(".safetensors"):
+        return None
+    try:
+        return _layout(read_safetensors_header(path))
+    except (OSError, SafetensorsHeaderError) as error:
+        raise CheckpointError(f"{path} cannot be read (truncated or corrupted?): {error}") from None
+
+
+def _hf_layout(folder: Path) -> dict[str, TensorInfo] | None:
+    """The tensors of a Hugging Face folder's weights (looked for as ``read_hf_tensors`` does), None if unknown."""
+    for name in HF_WEIGHT_FILES:
+        path = folder / name
+        if not path.is_file():
+            continue
+        if not name.endswith(".index.json"):
+            return _hf_file_layout(path)
+        tensors: dict[str, TensorInfo] = {}
+        for shard in hf_index_shards(path):
+            layout = _hf_file_layout(shard)
+            if layout is None:
+                return None
+            tensors.update(layout)
+        return tensors
+    raise CheckpointError(f"Hugging Face folder {folder} has no weights; it needs one of {', '.join(HF_WEIGHT_FILES)}")
+
+
+def _hf_header(folder: Path) -> CheckpointHeader:
+    model = read_hf_config(folder)
+    layout = _hf_layout(folder)
+    if layout is not None:
+        try:
+            check_hf_layout(layout, model)
+        except CheckpointError as error:
+            raise CheckpointError(f"Hugging Face checkpoint {folder}: {error}") from None
+    return CheckpointHeader(path=folder, model=model, source="huggingface")
+
+
+def _bionemo_header(path: Path) -> CheckpointHeader:
+    try:
+        header = read_safetensors_header(path)
+        metadata = {key: json.loads(value) for key, value in header.metadata.items()}
+    except (OSError, SafetensorsHeaderError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"checkpoint {path} is not a readable safetensors file: {error}") from None
+    if not isinstance(metadata.get("model"), dict):
+        raise CheckpointError(f"checkpoint {path} has no model config in its metadata; was it written by bionemo?")
+    model = {**ESM_DEFAULTS, "vocab_size": metadata.get("vocab_size", 33), **metadata["model"]}
+    try:
+        check_bionemo_layout(_layout(header), model, padded_vocab=False)
+    except CheckpointError as error:
+        raise CheckpointError(f"checkpoint {path}: {error}") from None
+    return CheckpointHeader(path=path, model=model, metadata=metadata)

@@ -1,0 +1,377 @@
+"""Hugging Face ESM-2 folders without their tensors: ``config.json``, and the names and shapes of the tensors.
+
+Standard library only, so that a ``--checkpoint`` is checked (``bionemo.esm2.checkpoint_header``) before torch
+is imported. ``bionemo.esm2.hf`` reads and converts the tensors themselves; its docstring maps the names.
+"""
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from bionemo.esm2.tokenizer import ESM_TOKENS
+
+__all__ = [
+    "ESM_VOCAB",
+    "HF_WEIGHT_FILES",
+    "MASK_TOKEN_ID",
+    "PAD_TOKEN_ID",
+    "VOCAB_SIZE",
+    "CheckpointError",
+    "TensorInfo",
+    "bionemo_shapes",
+    "check_bionemo_layout",
+    "check_hf_layout",
+    "hf_config",
+    "hf_index_shards",
+    "hf_names",
+    "is_hf_folder",
+    "padded_vocab_size",
+    "read_hf_config",
+]
+
+ESM_VOCAB = ESM_TOKENS
+"""ESM-2's 33 tokens in id order (Hugging Face's ``vocab.txt``)."""
+
+VOCAB_SIZE = len(ESM_VOCAB)
+PAD_TOKEN_ID = ESM_VOCAB.index("<pad>")
+MASK_TOKEN_ID = ESM_VOCAB.index("<mask>")
+
+HF_WEIGHT_FILES = (
+    "model.safetensors",
+    "model.safetensors.index.json",
+    "pytorch_model.bin",
+    "pytorch_model.bin.index.json",
+)
+"""Weight files of a Hugging Face folder, in the order they are looked for."""
+
+_SHAPE_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
+_SHOWN = 10
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: the message names the file or folder, what is wrong and what is valid."""
+
+
+def _listing(names: Iterable[str], limit: int = _SHOWN) -> str:
+    names = list(names)
+    shown = ", ".join(names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def padded_vocab_size(vocab_size: int, tensor_parallel: int = 1) -> int:
+    """``vocab_size`` rounded up to a multiple of ``8 * tensor_parallel`` (megatron's vocab-parallel padding).
+
+    Raises:
+        ValueError: For a vocabulary size or tensor-parallel size below 1.
+    """
+    if vocab_size < 1 or tensor_parallel < 1:
+        raise ValueError(f"vocab_size ({vocab_size}) and tensor_parallel ({tensor_parallel}) must be at least 1")
+    multiple = 8 * tensor_parallel
+    return -(-vocab_size // multiple) * multiple
+
+
+def is_hf_folder(path: Path) -> bool:
+    """Whether ``path`` is a directory (a Hugging Face checkpoint is a folder; bionemo weights are one file)."""
+    return Path(path).is_dir()
+
+
+# --------------------------------------------------------------------------------------------------- config
+
+
+def read_hf_config(folder: Path) -> dict[str, Any]:
+    """The bionemo model settings of a Hugging Face ESM-2 folder's ``config.json``.
+
+    Args:
+        folder: A folder saved by ``EsmForMaskedLM.save_pretrained`` (or downloaded from the hub).
+
+    Returns:
+        ``num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length, layernorm_epsilon,
+        token_dropout, hidden_dropout, attention_dropout, vocab_size``. Settings the file leaves out take
+        ``EsmConfig``'s defaults, as ``transformers`` would.
+
+    Raises:
+        CheckpointError: No ``config.json``, unreadable JSON, another ``model_type`` than ``"esm"``, positions
+            other than rotary (ESM-1), ``emb_layer_norm_before``, a folding model (ESMFold), a vocabulary other
+            than ESM-2's 33 tokens, missing or non-positive shape settings, or a hidden size that the heads do
+            not divide.
+    """
+    folder = Path(folder)
+    path = folder / "config.json"
+    if not path.is_file():
+        raise CheckpointError(
+            f"Hugging Face folder {folder} has no config.json; an ESM-2 folder needs config.json and "
+            f"model.safetensors or pytorch_model.bin"
+        )
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise CheckpointError(f"{path} cannot be read as JSON: {error}") from None
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{path} holds a JSON {type(config).__name__}, not an object of settings")
+    model_type = config.get("model_type")
+    if model_type != "esm":
+        raise CheckpointError(
+            f"{path} has model_type {model_type!r}; only ESM-2 models (model_type 'esm', EsmForMaskedLM) are supported"
+        )
+    positions = config.get("position_embedding_type", "absolute")
+    if positions != "rotary":
+        raise CheckpointError(
+            f"{path} has position_embedding_type {positions!r}; only 'rotary' (ESM-2) is supported, ESM-1 style "
+            "absolute or relative positions are not"
+        )
+    if config.get("emb_layer_norm_before"):
+        raise CheckpointError(
+            f"{path} has emb_layer_norm_before true (ESM-1b); ESM-2 models have no layer norm before the encoder"
+        )
+    if config.get("is_folding_model"):
+        raise CheckpointError(f"{path} is a folding model (ESMFold); only ESM-2 language models are supported")
+    vocab = config.get("vocab_size")
+    if vocab != VOCAB_SIZE:
+        raise CheckpointError(f"{path} has vocab_size {vocab!r}; ESM-2's vocabulary has {VOCAB_SIZE} tokens")
+    for key in _SHAPE_KEYS:
+        value = config.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise CheckpointError(f"{path} has {key} {value!r}; it must be a positive integer")
+    hidden, heads = config["hidden_size"], config["num_attention_heads"]
+    if hidden % heads:
+        raise CheckpointError(
+            f"{path}: hidden_size {hidden} is not divisible by num_attention_heads {heads}; each head needs "
+            "hidden_size / num_attention_heads dimensions"
+        )
+    if (hidden // heads) % 2:
+        raise CheckpointError(
+            f"{path}: head dimension hidden_size / num_attention_heads = {hidden // heads} is odd; rotary "
+            "embeddings need an even one"
+        )
+    seq_length = config.get("max_position_embeddings", 1026)
+    if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 3:
+        raise CheckpointError(f"{path} has max_position_embeddings {seq_length!r}; it must be an integer above 2")
+    settings = {
+        "layer_norm_eps": 1e-12,
+        "hidden_dropout_prob": 0.1,
+        "attention_probs_dropout_prob": 0.1,
+    }
+    for key, default in settings.items():
+        value = config.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
+            raise CheckpointError(f"{path} has {key} {value!r}; it must be a non-negative number")
+        settings[key] = float(value)
+    return {
+        "num_layers": config["num_hidden_layers"],
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "ffn_hidden_size": config["intermediate_size"],
+        "seq_length": seq_length,
+        "layernorm_epsilon": settings["layer_norm_eps"],
+        "token_dropout": bool(config.get("token_dropout", False)),
+        "hidden_dropout": settings["hidden_dropout_prob"],
+        "attention_dropout": settings["attention_probs_dropout_prob"],
+        "vocab_size": VOCAB_SIZE,
+    }
+
+
+def hf_config(model: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``config.json`` of an ``EsmForMaskedLM`` with bionemo settings ``model``.
+
+    Raises:
+        KeyError: When ``model`` lacks one of the shape settings.
+    """
+    return {
+        "architectures": ["EsmForMaskedLM"],
+        "model_type": "esm",
+        "attention_probs_dropout_prob": float(model.get("attention_dropout", 0.0)),
+        "hidden_dropout_prob": float(model.get("hidden_dropout", 0.0)),
+        "emb_layer_norm_before": False,
+        "esmfold_config": None,
+        "hidden_act": "gelu",
+        "hidden_size": int(model["hidden_size"]),
+        "initializer_range": 0.02,
+        "intermediate_size": int(model["ffn_hidden_size"]),
+        "is_folding_model": False,
+        "layer_norm_eps": float(model.get("layernorm_epsilon", 1e-5)),
+        "mask_token_id": MASK_TOKEN_ID,
+        "max_position_embeddings": int(model.get("seq_length", 1026)),
+        "num_attention_heads": int(model["num_attention_heads"]),
+        "num_hidden_layers": int(model["num_layers"]),
+        "pad_token_id": PAD_TOKEN_ID,
+        "position_embedding_type": "rotary",
+        "tie_word_embeddings": True,
+        "token_dropout": bool(model.get("token_dropout", True)),
+        "torch_dtype": "float32",
+        "dtype": "float32",
+        "use_cache": True,
+        "vocab_list": None,
+        "vocab_size": VOCAB_SIZE,
+    }
+
+
+# --------------------------------------------------------------------------------------------------- tensors
+
+
+class TensorInfo(NamedTuple):
+    """What the checks need of a tensor: its type as torch prints it, its shape, whether it is floating point."""
+
+    dtype: str
+    shape: tuple[int, ...]
+    floating_point: bool
+
+
+def _hf_pairs(num_layers: int) -> list[tuple[str, str]]:
+    """(bionemo name, Hugging Face name without ``esm.``) of every tensor copied one to one."""
+    pairs = [("decoder.final_layernorm", "encoder.emb_layer_norm_after")]
+    for i in range(num_layers):
+        ours, theirs = f"decoder.layers.{i}.", f"encoder.layer.{i}."
+        pairs += [
+            (f"{ours}input_layernorm", f"{theirs}attention.LayerNorm"),
+            (f"{ours}self_attention.linear_proj", f"{theirs}attention.output.dense"),
+            (f"{ours}pre_mlp_layernorm", f"{theirs}LayerNorm"),
+            (f"{ours}mlp.linear_fc1", f"{theirs}intermediate.dense"),
+            (f"{ours}mlp.linear_fc2", f"{theirs}output.dense"),
+        ]
+    pairs += [("lm_head.dense", "lm_head.dense"), ("lm_head.layer_norm", "lm_head.layer_norm")]
+    return [(f"{a}.{kind}", f"{b}.{kind}") for a, b in pairs for kind in ("weight", "bias")]
+
+
+def _hf_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Hugging Face name (without ``esm.`` for the encoder) -> shape, for every tensor the model needs."""
+    h, f, layers = int(model["hidden_size"]), int(model["ffn_hidden_size"]), int(model["num_layers"])
+    shapes: dict[str, tuple[int, ...]] = {"embeddings.word_embeddings.weight": (VOCAB_SIZE, h)}
+    for i in range(layers):
+        layer = f"encoder.layer.{i}."
+        for part in ("attention.self.query", "attention.self.key", "attention.self.value", "attention.output.dense"):
+            shapes[f"{layer}{part}.weight"], shapes[f"{layer}{part}.bias"] = (h, h), (h,)
+        for norm in ("attention.LayerNorm", "LayerNorm"):
+            shapes[f"{layer}{norm}.weight"] = shapes[f"{layer}{norm}.bias"] = (h,)
+        shapes[f"{layer}intermediate.dense.weight"], shapes[f"{layer}intermediate.dense.bias"] = (f, h), (f,)
+        shapes[f"{layer}output.dense.weight"], shapes[f"{layer}output.dense.bias"] = (h, f), (h,)
+    for norm in ("encoder.emb_layer_norm_after", "lm_head.layer_norm"):
+        shapes[f"{norm}.weight"] = shapes[f"{norm}.bias"] = (h,)
+    shapes["lm_head.dense.weight"], shapes["lm_head.dense.bias"] = (h, h), (h,)
+    shapes["lm_head.bias"] = (VOCAB_SIZE,)
+    return shapes
+
+
+def _config_text(model: Mapping[str, Any]) -> str:
+    return (
+        f"num_hidden_layers={model['num_layers']}, hidden_size={model['hidden_size']}, "
+        f"num_attention_heads={model['num_attention_heads']}, intermediate_size={model['ffn_hidden_size']}"
+    )
+
+
+def bionemo_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every whole bionemo tensor of an ESM-2 with ``model`` settings (33 vocabulary rows)."""
+    h = int(model["hidden_size"])
+    shapes: dict[str, tuple[int, ...]] = {"embedding.word_embeddings.weight": (VOCAB_SIZE, h)}
+    hf = _hf_shapes(model)
+    for i in range(int(model["num_layers"])):
+        shapes[f"decoder.layers.{i}.self_attention.linear_qkv.weight"] = (3 * h, h)
+        shapes[f"decoder.layers.{i}.self_attention.linear_qkv.bias"] = (3 * h,)
+    for mine, theirs in _hf_pairs(int(model["num_layers"])):
+        shapes[mine] = hf[theirs]
+    shapes["output_layer.bias"] = (VOCAB_SIZE,)
+    return shapes
+
+
+def hf_names(names: Iterable[str]) -> dict[str, str]:
+    """Hugging Face tensor name without the ``esm.`` prefix of ``EsmForMaskedLM`` -> the name in the file."""
+    found: dict[str, str] = {}
+    for name in names:
+        found.setdefault(name.removeprefix("esm."), name)
+    return found
+
+
+def check_hf_layout(tensors: Mapping[str, TensorInfo], model: Mapping[str, Any]) -> dict[str, str]:
+    """Every Hugging Face tensor ``model`` needs is there, floating point and of the shape the config implies.
+
+    Args:
+        tensors: Hugging Face names (with or without ``esm.``) and what is known of each tensor.
+        model: bionemo model settings, as :func:`read_hf_config` returns them.
+
+    Returns:
+        :func:`hf_names` of ``tensors``.
+
+    Raises:
+        CheckpointError: Missing tensors (named), a tensor whose shape disagrees with the config, or a tensor
+            that is not floating point.
+    """
+    found = hf_names(tensors)
+    prefixed = not tensors or any(name.startswith("esm.") for name in tensors)
+
+    def shown(base: str) -> str:
+        if base in found:
+            return found[base]
+        return f"esm.{base}" if prefixed and not base.startswith("lm_head.") else base
+
+    shapes = _hf_shapes(model)
+    missing = [shown(name) for name in shapes if name not in found]
+    if missing:
+        raise CheckpointError(
+            f"{len(missing)} Hugging Face tensor(s) are missing for an EsmForMaskedLM with {_config_text(model)}: "
+            f"{_listing(missing)}"
+        )
+    for name, shape in shapes.items():
+        info = tensors[found[name]]
+        if info.shape != shape:
+            raise CheckpointError(
+                f"tensor {found[name]} has shape {info.shape}, the config needs {shape} "
+                f"(config.json: {_config_text(model)})"
+            )
+        if not info.floating_point:
+            raise CheckpointError(f"tensor {found[name]} has dtype {info.dtype}; model weights are floating point")
+    return found
+
+
+def check_bionemo_layout(
+    tensors: Mapping[str, TensorInfo], model: Mapping[str, Any], *, padded_vocab: bool = True
+) -> None:
+    """Every bionemo tensor ``model`` needs is there, floating point and of the shape it implies.
+
+    Args:
+        tensors: Whole bionemo tensors' names and what is known of each.
+        model: bionemo model settings.
+        padded_vocab: Accept more than 33 vocabulary rows (megatron's padding), as a model's state holds them.
+
+    Raises:
+        CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or a tensor that
+            is not floating point.
+    """
+    shapes = bionemo_shapes(model)
+    missing = [name for name in shapes if name not in tensors]
+    if missing:
+        raise CheckpointError(f"{len(missing)} bionemo tensor(s) are missing: {_listing(missing)}")
+    for name, shape in shapes.items():
+        info = tensors[name]
+        found = info.shape
+        vocab_rows = padded_vocab and name in ("embedding.word_embeddings.weight", "output_layer.bias")
+        if found != shape and not (vocab_rows and found[1:] == shape[1:] and found[0] >= VOCAB_SIZE):
+            raise CheckpointError(f"tensor {name} has shape {found}, the config needs {shape} ({_config_text(model)})")
+        if not info.floating_point:
+            raise CheckpointError(f"tensor {name} has dtype {info.dtype}; model weights are floating point")
+
+
+def hf_index_shards(index: Path) -> list[Path]:
+    """The shard files a ``*.index.json`` of a Hugging Face folder names, each once, in order of first mention.
+
+    Raises:
+        CheckpointError: An index that is not JSON with a ``weight_map`` object, or that names a shard outside its
+            folder or missing from it.
+    """
+    try:
+        weight_map = json.loads(index.read_text())["weight_map"]
+        if not isinstance(weight_map, dict):
+            raise TypeError("weight_map is not an object")
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
+        raise CheckpointError(
+            f"{index} cannot be read: {error}; a shard index is JSON with a weight_map of tensor name -> shard file"
+        ) from None
+    shards = []
+    for shard in dict.fromkeys(weight_map.values()):
+        path = index.parent / str(shard)
+        if Path(str(shard)).is_absolute() or ".." in Path(str(shard)).parts:
+            raise CheckpointError(f"{index} names shard {shard!r} outside its folder")
+        if not path.is_file():
+            raise CheckpointError(f"{index} names shard {shard}, which is not in {index.parent}")
+        shards.append(path)
+    return shards

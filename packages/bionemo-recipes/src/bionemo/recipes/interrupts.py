@@ -1,0 +1,142 @@
+"""Ctrl-C or SIGTERM during training: every rank finishes the same step, saves a checkpoint and exits.
+
+Lightning 2.4 turns SIGTERM into ``SIGTERMException`` on each rank by itself, at the end of whichever step that
+rank is in when it notices, and turns SIGINT into a ``KeyboardInterrupt`` wherever the code happens to be (in
+the middle of an optimizer step, say). Neither is safe to checkpoint: under DDP or MegatronStrategy the ranks
+can stop at different steps (one waits in a collective the others never join), and a state caught mid-step
+is half updated. :class:`InterruptCheckpoint` instead only notes the signal, and after each training step the
+ranks agree (one max-reduction of the signal number) whether any of them received one; all of them then raise
+:class:`TrainingInterrupted` after the same step, and Lightning's own ``on_exception`` path (the one
+``OnExceptionCheckpoint`` uses) has every rank take part in saving that step's checkpoint.
+
+Imports Lightning: import this module inside commands, not at ``bionemo --help`` time.
+"""
+
+import os
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import lightning.pytorch as pl
+import torch
+from lightning.pytorch.callbacks import OnExceptionCheckpoint
+from typing_extensions import override
+
+__all__ = ["InterruptCheckpoint", "TrainingInterrupted"]
+
+_HANDLED = (signal.SIGINT, signal.SIGTERM)
+
+
+class TrainingInterrupted(SystemExit):
+    """Raised on every rank after the training step during which SIGINT or SIGTERM arrived.
+
+    A ``SystemExit`` with code 128 + the signal's number (130 for SIGINT, 143 for SIGTERM): uncaught, the process
+    exits with the status a shell reports for a process stopped by that signal.
+    """
+
+    def __init__(self, signum: signal.Signals, step: int, *, report: bool) -> None:
+        """The interruption by ``signum`` after optimizer step ``step``; ``report`` on the rank that tells the user."""
+        super().__init__(128 + int(signum))
+        self.signal = signum
+        """The signal received (by at least one rank)."""
+        self.step = step
+        """Optimizer steps taken: the step the checkpoint holds."""
+        self.report = report
+        """True on global rank zero, the one rank that should print what happened."""
+        self.checkpoint: str | None = None
+        """The checkpoint saved, once :class:`InterruptCheckpoint` has written it; None if none was."""
+        self.save_error: str | None = None
+        """Why no checkpoint was saved, if saving failed."""
+
+
+class InterruptCheckpoint(OnExceptionCheckpoint):
+    """On SIGINT or SIGTERM during ``fit``: stop every rank after the same step and save a checkpoint there.
+
+    From ``on_train_start`` to ``on_train_end`` the two signals only set a flag (Lightning's own SIGTERM handler
+    is set aside for that time: it would stop each rank on its own). After every training step the ranks
+    reduce the flag; once any rank has it, all raise :class:`TrainingInterrupted`, and ``on_exception`` saves
+    ``dirpath/filename.ckpt`` through ``trainer.save_checkpoint`` on every rank (a megatron distributed
+    checkpoint needs them all). A second Ctrl-C stops at once, as Lightning does, without saving: the state may
+    then be mid-step. Other exceptions save nothing for the same reason.
+
+    Put this callback before the ``ModelCheckpoint`` in the callback list: it raises in ``on_train_batch_end``,
+    ahead of a periodic save of the same step.
+    """
+
+    def __init__(self, dirpath: str | Path, filename: str = "last") -> None:
+        """Save to ``dirpath/filename.ckpt``; ``{step}`` in ``filename`` becomes the global step (``step{step}``)."""
+        super().__init__(dirpath, filename)
+        self._received: signal.Signals | None = None
+        self._report = False
+        self._step = 0
+        self._previous: dict[signal.Signals, Any] = {}
+
+    @property
+    @override
+    def ckpt_path(self) -> str:
+        return os.path.join(self.dirpath, self.filename.format(step=self._step) + self.FILE_EXTENSION)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._received = None
+        self._report = trainer.is_global_zero
+        if threading.current_thread() is not threading.main_thread():
+            return  # signal handlers can only be set from the main thread; the ranks still agree below
+        for signum in _HANDLED:
+            self._previous[signum] = signal.getsignal(signum)
+            signal.signal(signum, self._note)
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        received = int(self._received or 0)
+        if trainer.world_size > 1:
+            # every rank joins this reduction after every step, so all of them stop after the same one
+            flag = torch.tensor(received, device=trainer.strategy.root_device)
+            received = int(trainer.strategy.reduce(flag, reduce_op="max").item())
+        if received:
+            self._step = trainer.global_step
+            raise TrainingInterrupted(signal.Signals(received), trainer.global_step, report=trainer.is_global_zero)
+
+    @override
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._restore()
+
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        self._restore()
+        if not isinstance(exception, TrainingInterrupted):
+            return  # the state may be mid-step: the last periodic checkpoint stays the one to resume from
+        try:
+            trainer.save_checkpoint(self.ckpt_path)
+        except Exception as error:
+            exception.save_error = f"{type(error).__name__}: {error}"
+            return
+        # MegatronStrategy writes ``name.ckpt`` as the directory ``name``
+        saved = self.ckpt_path
+        exception.checkpoint = saved if os.path.exists(saved) else os.path.splitext(saved)[0]
+
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        """Keep the checkpoint (``OnExceptionCheckpoint`` deletes it): it is the one the next run resumes from."""
+
+    def _note(self, signum: int, frame: FrameType | None) -> None:
+        if self._received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now, through Lightning's own shutdown
+        if self._received is None and self._report:
+            name = signal.Signals(signum).name
+            # os.write: print() could re-enter a write the signal interrupted
+            os.write(2, f"\n{name} received: saving a checkpoint after this step (Ctrl-C again: stop now)\n".encode())
+        received = signal.Signals(signum)
+        if self._received is None or received > self._received:
+            self._received = received  # SIGTERM wins over SIGINT: the process is expected to go
+
+    def _restore(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for signum, handler in self._previous.items():
+                if handler is not None:
+                    signal.signal(signum, handler)
+        self._previous = {}
