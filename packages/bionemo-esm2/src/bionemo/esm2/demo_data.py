@@ -8,6 +8,7 @@ import os
 import random
 from pathlib import Path
 
+from bionemo.core.atomic_files import replaced_atomically
 from bionemo.esm2.readers import SequenceRecord
 from bionemo.esm2.tokenizer import AMINO_ACIDS
 
@@ -48,14 +49,11 @@ def demo_families(
 def write_fasta(records: list[SequenceRecord], path: str | os.PathLike[str]) -> None:
     """Write ``records`` as FASTA, 60 residues per line, atomically: a reader sees the whole file or none.
 
-    The text goes to a temporary file next to ``path`` (named for this process), then replaces ``path``; so
+    The text goes to a temporary file next to ``path``, then replaces it (:func:`replaced_atomically`); so
     several processes writing the same records (every task of an ``srun``) never expose a half-written file.
     """
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(temporary, "w", encoding="utf-8") as f:
+    with replaced_atomically(Path(path)) as temporary, temporary.open("w", encoding="utf-8") as f:
         for record in records:
             f.write(f">{record.id}\n")
             for start in range(0, len(record.sequence), 60):
                 f.write(record.sequence[start : start + 60] + "\n")
-    os.replace(temporary, path)

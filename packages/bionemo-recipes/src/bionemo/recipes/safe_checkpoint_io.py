@@ -1,7 +1,6 @@
 """Lightning checkpoint IO that writes checkpoints atomically and never unpickles arbitrary objects when resuming."""
 
 import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +8,8 @@ import torch
 from lightning.fabric.utilities.types import _PATH
 from lightning.pytorch.plugins.io import TorchCheckpointIO
 from typing_extensions import override
+
+from bionemo.core.atomic_files import replaced_atomically
 
 __all__ = ["SafeCheckpointIO"]
 
@@ -27,21 +28,10 @@ class SafeCheckpointIO(TorchCheckpointIO):
         if storage_options is not None or "://" in str(path):
             super().save_checkpoint(checkpoint, path, storage_options)
             return
-        target = Path(path)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-        try:
-            with os.fdopen(fd, "wb") as file:
-                torch.save(checkpoint, file)
-                file.flush()
-                os.fsync(file.fileno())
-            umask = os.umask(0)
-            os.umask(umask)
-            os.chmod(tmp, 0o666 & ~umask)
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with replaced_atomically(Path(path)) as tmp, tmp.open("wb") as file:
+            torch.save(checkpoint, file)
+            file.flush()
+            os.fsync(file.fileno())
 
     @override
     def load_checkpoint(
