@@ -1,8 +1,10 @@
 """Where a prediction batch's time goes: our ESM-2 forward vs Hugging Face's on one batch, with a kernel table.
 
 Usage (one GPU): python tools/profile_predict.py --shape 150m --tokens 65536 --length 270 [--fusions]
+[--unpadded].
 Prints milliseconds per batch of both (same random weights, bf16, inference mode) and the top CUDA kernels of
-ours under torch.profiler. For finding what holds back ``tools/bench_predict.py``'s ratio; not a benchmark.
+ours under torch.profiler; ``--unpadded`` times our unpadded step (variable-length attention) too.
+For finding what holds back ``tools/bench_predict.py``'s ratio; not a benchmark.
 """
 
 import argparse
@@ -29,7 +31,6 @@ def build(shape: str, fusions: bool):
         bf16=True,
         params_dtype=torch.bfloat16,
         use_cpu_initialization=False,
-        compile_rope=fusions,
         bias_dropout_fusion=fusions,
     )
     return config.configure_model().to("cuda", torch.bfloat16).eval()
@@ -55,17 +56,18 @@ def timed(fn, repeat: int = 10) -> float:
     return (time.perf_counter() - start) / repeat * 1000
 
 
-def time_ours(shape: str, fusions: bool, ids: torch.Tensor, mask: torch.Tensor) -> float:
+def time_ours(shape: str, fusions: bool, ids: torch.Tensor, mask: torch.Tensor, unpadded: bool) -> float:
     """Milliseconds per batch of our predict step, after printing its CUDA kernel table."""
     from bionemo.esm2.steps import make_predict_step
 
     model = build(shape, fusions)
-    step = make_predict_step(embeddings=True, logits=False, perplexity=False)
+    step = make_predict_step(embeddings=True, logits=False, perplexity=False, unpadded=unpadded)
     inputs = {"tokens": ids, "attention_mask": mask, "padding": mask, "host_lengths": mask.sum(1).cpu()}
     with torch.inference_mode():
         ours = timed(lambda: step(model, inputs)["embeddings"].cpu())
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
             step(model, inputs)["embeddings"].cpu()
+        print(f"unpadded={unpadded}")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
     return ours
 
@@ -75,10 +77,12 @@ def main() -> None:
     parser.add_argument("--shape", default="150m")
     parser.add_argument("--tokens", type=int, default=65536)
     parser.add_argument("--length", type=int, default=270)
-    parser.add_argument("--fusions", action="store_true", help="compiled RoPE and fused bias-dropout-add")
+    parser.add_argument("--fusions", action="store_true", help="fused bias-dropout-add")
+    parser.add_argument("--unpadded", action="store_true", help="also time the unpadded step")
     args = parser.parse_args()
     ids, mask = batch(args.tokens, args.length)
-    ours = time_ours(args.shape, args.fusions, ids, mask)
+    ours = time_ours(args.shape, args.fusions, ids, mask, unpadded=False)
+    flat = time_ours(args.shape, args.fusions, ids, mask, unpadded=True) if args.unpadded else None
     torch.cuda.empty_cache()
     from transformers import EsmConfig, EsmModel
 
@@ -99,6 +103,9 @@ def main() -> None:
     print(f"batch {tuple(ids.shape)}, {tokens} real tokens, fusions={args.fusions}")
     print(f"ours {ours:.1f} ms ({tokens / ours * 1000:,.0f} tokens/s); HF {theirs:.1f} ms "
           f"({tokens / theirs * 1000:,.0f} tokens/s); HF / ours {theirs / ours:.2f}")  # fmt: skip
+    if flat is not None:
+        speed = tokens / flat * 1000
+        print(f"ours unpadded {flat:.1f} ms ({speed:,.0f} tokens/s); HF / ours unpadded {theirs / flat:.2f}")
 
 
 if __name__ == "__main__":

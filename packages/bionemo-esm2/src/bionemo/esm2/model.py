@@ -38,7 +38,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 
 from bionemo.core import BionemoTrainableModelConfig  # noqa: E402
 from bionemo.esm2.hf import padded_vocab_size  # noqa: E402
-from bionemo.lightning import UnpaddedSequences, install_compiled_rope, sdpa_layer_spec  # noqa: E402
+from bionemo.lightning import UnpaddedSequences, sdpa_layer_spec  # noqa: E402
 from bionemo.losses import MaskedTokenLossReduction  # noqa: E402
 
 __all__ = ["MASK_RATIO_TRAIN", "ESM2Config", "ESM2Model", "padded_vocab_size", "vocab_logits"]
@@ -72,7 +72,8 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig["ESM2Model", Mas
     rotary_base: float = 10000.0
     """Base of the rotary embeddings' frequencies."""
     compile_rope: bool = False
-    """Compile megatron's unfused RoPE into fused kernels (``install_compiled_rope``; a GPU speed-up)."""
+    """Ignored; kept so that older configs load. RoPE runs as one fused kernel per tensor on GPUs anyway
+    (:class:`bionemo.lightning.rotary.RotarySelfAttention`), with nothing compiled or patched."""
     masked_softmax_fusion: bool = False
     bias_activation_fusion: bool = False
     bias_dropout_fusion: bool = False
@@ -90,7 +91,10 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig["ESM2Model", Mas
         if self.activation_func is not F.gelu or self.gated_linear_unit:
             raise ValueError("ESM-2's MLP is dense -> exact GELU -> dense; activation_func must be F.gelu, no GLU")
         if self.apply_rope_fusion or self.rotary_interleaved:
-            raise ValueError("ESM-2's rotary embeddings are non-interleaved and unfused; use compile_rope instead")
+            raise ValueError(
+                "ESM-2's rotary embeddings are non-interleaved; apply_rope_fusion needs Transformer Engine "
+                "(on GPUs RoPE is fused without it); valid: apply_rope_fusion=False, rotary_interleaved=False"
+            )
 
     @property
     def padded_vocab_size(self) -> int:
@@ -99,8 +103,6 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig["ESM2Model", Mas
 
     def configure_model(self, *args: Any, **kwargs: Any) -> "ESM2Model":
         """Build the model for this rank's pipeline stage."""
-        if self.compile_rope:
-            install_compiled_rope()
         return ESM2Model(
             self,
             pre_process=parallel_state.is_pipeline_first_stage(),

@@ -33,9 +33,9 @@ BUNDLED_CHECKPOINT = Path(str(_RESOURCES / "esm2_demo.safetensors"))
 BUNDLED_SEQUENCES = Path(str(_RESOURCES / "demo_sequences.fasta"))
 """Held-out members of the synthetic demo families, predicted by ``bionemo run predict`` by default."""
 
-GPU_FUSIONS = {"compile_rope": True, "bias_dropout_fusion": True}
-"""Exact speed-ups for GPUs: compiled RoPE (unfused RoPE was 22% of a step's GPU time) and megatron's fused
-bias + dropout + add. Megatron's fused bias-GELU is not used: it is the tanh approximation, not ESM-2's GELU."""
+GPU_FUSIONS = {"bias_dropout_fusion": True}
+"""Exact speed-ups for GPUs: megatron's fused bias + dropout + add (RoPE is fused on GPUs without a setting).
+Megatron's fused bias-GELU is not used: it is the tanh approximation, not ESM-2's GELU."""
 
 GPU_MODEL = {**GPU_SHAPE.model_settings(), **GPU_FUSIONS}
 """``esm2-gpu``'s model settings (kept by name for ``tools/bench_recipe_throughput.py``)."""

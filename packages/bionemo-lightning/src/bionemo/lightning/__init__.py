@@ -11,7 +11,7 @@ from bionemo.lightning.megatron_compat import MegatronCompatCallback
 from bionemo.lightning.module import BionemoLightningModule
 from bionemo.lightning.optimizer import default_megatron_optimizer, init_adam_state, torch_optimizer_from_config
 from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
-from bionemo.lightning.rope_fusion import install_compiled_rope
+from bionemo.lightning.rotary import RotarySelfAttention
 from bionemo.lightning.sdpa_attention import (
     SDPACoreAttention,
     UnpaddedSequences,
@@ -25,12 +25,12 @@ __all__ = [
     "MegatronCompatCallback",
     "MegatronDataModule",
     "MegatronOptimizerModule",
+    "RotarySelfAttention",
     "SDPACoreAttention",
     "UnpaddedSequences",
     "default_megatron_optimizer",
     "ensure_model_parallel",
     "init_adam_state",
-    "install_compiled_rope",
     "sdpa_layer_spec",
     "torch_optimizer_from_config",
     "varlen_attention_available",

@@ -173,12 +173,17 @@ class SDPACoreAttention(MegatronModule):
 def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> ModuleSpec:
     """megatron-core's local (no Transformer Engine) transformer-layer spec with :class:`SDPACoreAttention`.
 
+    Self-attention is :class:`bionemo.lightning.rotary.RotarySelfAttention` (megatron's, with a fused RoPE).
+
     Args:
         attn_mask_type: ``causal`` for decoders (GPT), ``padding`` for bidirectional encoders (BERT, ESM-2).
     """
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
+    from bionemo.lightning.rotary import RotarySelfAttention
+
     spec = get_gpt_layer_local_spec()
+    spec.submodules.self_attention.module = RotarySelfAttention
     spec.submodules.self_attention.params = {"attn_mask_type": attn_mask_type}
     spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
     return spec
