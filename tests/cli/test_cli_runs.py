@@ -79,7 +79,8 @@ def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
     os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert not (killed / "model.safetensors").exists()
-    bionemo(*TRAIN, "--output-dir", str(killed), cwd=tmp_path)
+    resumed = bionemo(*TRAIN, "--output-dir", str(killed), cwd=tmp_path)
+    assert f"resuming from {killed / 'checkpoints' / 'last.ckpt'}\n" in resumed.stderr
 
     a, b = weights(straight / "model.safetensors"), weights(killed / "model.safetensors")
     assert a.keys() == b.keys()

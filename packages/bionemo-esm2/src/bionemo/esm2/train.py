@@ -2,6 +2,7 @@
 
 import json
 import random
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -79,7 +80,7 @@ def _fit(
     from bionemo.recipes.metrics_log import CSVLogPosition, ResumableCSVLogger
     from bionemo.recipes.plots import plot_curves
     from bionemo.recipes.progress import StepProgressBar
-    from bionemo.recipes.trainers import build_trainer, uses_megatron
+    from bionemo.recipes.trainers import build_trainer, is_launching_rank, uses_megatron
 
     pl.seed_everything(settings.seed, workers=True, verbose=False)
     tokenizer = ProteinTokenizer()
@@ -142,6 +143,8 @@ def _fit(
         (untrained,) = trainer.validate(module, datamodule=data, verbose=False)
         if trainer.global_rank == 0:
             baseline_file.write_text(json.dumps({"val_ppl": finite(untrained.get("val_ppl"))}, allow_nan=False))
+    if resume_from is not None and is_launching_rank():
+        print(f"resuming from {resume_from}", file=sys.stderr, flush=True)  # the library's own line is quieted
     trainer.fit(module, datamodule=data, ckpt_path=resume_from)
     tensors = full_state_dict(module.unwrapped_module())  # gathers tensor-parallel shards: every rank takes part
     if trainer.global_rank != 0:
