@@ -1,4 +1,4 @@
-"""MegatronCompatCallback's fixes, with stand-in trainers (the real runs are in tests/gpu)."""
+"""MegatronCompatCallback's work-arounds, with stand-in trainers (the real runs are in tests/gpu)."""
 
 import sys
 from types import SimpleNamespace
@@ -8,7 +8,8 @@ import torch
 
 from bionemo.lightning import MegatronCompatCallback
 from bionemo.lightning._nemo import MegatronStrategy
-from bionemo.lightning.megatron_compat import install_modelopt_stand_ins
+from bionemo.lightning.workarounds import DISTRIBUTED_OPTIMIZER_STEP, FAST_METRIC_TO, MULTI_TENSOR_FOREACH, Patches
+from bionemo.lightning.workarounds.modelopt_stand_ins import MODULE, modelopt_stand_ins
 
 
 @pytest.fixture
@@ -74,14 +75,17 @@ def test_modelopt_stand_ins_only_when_nemo_llm_cannot_import(monkeypatch):
             importable = True
         except ImportError:
             importable = False
-        installed = install_modelopt_stand_ins()
-        assert installed is not importable
-        from nemo.collections.llm.modelopt.model_utils import restore_modelopt_state, save_modelopt_state
+        with modelopt_stand_ins() as installed:
+            assert installed is not importable
+            from nemo.collections.llm.modelopt.model_utils import restore_modelopt_state, save_modelopt_state
 
+            if installed:
+                assert save_modelopt_state(None, "path") is None
+                assert restore_modelopt_state(None, "path") is None
+            with modelopt_stand_ins() as again:
+                assert again is False
         if installed:
-            assert save_modelopt_state(None, "path") is None
-            assert restore_modelopt_state(None, "path") is None
-        assert install_modelopt_stand_ins() is False
+            assert MODULE not in sys.modules  # only for the duration of the block
     finally:
         for name in set(sys.modules) - before:
             if name.startswith("nemo.collections.llm"):
@@ -89,10 +93,8 @@ def test_modelopt_stand_ins_only_when_nemo_llm_cannot_import(monkeypatch):
 
 
 def test_distributed_optimizer_loads_moments_around_a_shared_step():
-    """megatron 0.15.3 copies every live state key from a checkpoint that has no 'step' (fix 7)."""
+    """megatron 0.15.3 copies every live state key from a checkpoint that has no 'step'."""
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
-
-    from bionemo.lightning.megatron_compat import install_distributed_optimizer_step_fix
 
     params = [torch.nn.Parameter(torch.zeros(4)), torch.nn.Parameter(torch.zeros(2))]
     adam = torch.optim.AdamW(params)
@@ -109,11 +111,14 @@ def test_distributed_optimizer_loads_moments_around_a_shared_step():
         {key: torch.full((n,), value + i) for key, value in (("param", 1.0), ("exp_avg", 2.0), ("exp_avg_sq", 3.0))}
         for i, n in enumerate((4, 2))
     ]
-    install_distributed_optimizer_step_fix()
-    assert not install_distributed_optimizer_step_fix()  # idempotent
-    with torch.no_grad():  # as megatron's loaders call it
+    original = DistributedOptimizer._set_main_param_and_optimizer_states
+    with Patches() as patches, torch.no_grad():  # as megatron's loaders call it
+        assert DISTRIBUTED_OPTIMIZER_STEP.apply(patches)
+        assert DISTRIBUTED_OPTIMIZER_STEP.apply(patches)
+        assert len(patches) == 1  # idempotent
         for model_param, tensors in zip(model_params, loaded, strict=True):
             DistributedOptimizer._set_main_param_and_optimizer_states(fake, model_param, tensors)
+    assert DistributedOptimizer._set_main_param_and_optimizer_states is original
     for i, p in enumerate(params):
         torch.testing.assert_close(p.detach(), torch.full_like(p, 1.0 + i))
         torch.testing.assert_close(adam.state[p]["exp_avg"], torch.full_like(p, 2.0 + i))
@@ -127,12 +132,12 @@ def test_distributed_optimizer_loads_moments_around_a_shared_step():
 
 
 def test_multi_tensor_fallbacks_are_replaced_by_foreach_kernels_with_the_same_values():
-    """Fix 8: megatron's per-tensor gradient norm / scale fallbacks, swapped for _foreach kernels."""
+    """megatron's per-tensor gradient norm / scale fallbacks, swapped for _foreach kernels."""
     from megatron.core import utils
     from megatron.core.optimizer import clip_grads
     from megatron.core.optimizer import optimizer as megatron_optimizer
 
-    from bionemo.lightning.megatron_compat import foreach_l2_norm, foreach_scale, install_multi_tensor_fix
+    from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
 
     gen = torch.Generator().manual_seed(0)
     grads = [torch.randn(shape, generator=gen) for shape in ((3, 5), (7,), (2, 2, 2))]
@@ -161,21 +166,23 @@ def test_multi_tensor_fallbacks_are_replaced_by_foreach_kernels_with_the_same_va
         torch.testing.assert_close(a, g * 0.5, rtol=0, atol=0)
 
     saved = (clip_grads.l2_norm_impl, clip_grads.multi_tensor_scale_impl, megatron_optimizer.multi_tensor_scale_impl)
-    try:
-        assert clip_grads.l2_norm_impl is utils.local_multi_tensor_l2_norm  # no Apex / TE on this machine
-        assert install_multi_tensor_fix()
-        assert not install_multi_tensor_fix()  # idempotent
+    assert clip_grads.l2_norm_impl is utils.local_multi_tensor_l2_norm  # no Apex / TE on this machine
+    with Patches() as patches:
+        assert MULTI_TENSOR_FOREACH.apply(patches)
+        assert MULTI_TENSOR_FOREACH.apply(patches)
+        assert len(patches) == 3  # idempotent
         assert clip_grads.l2_norm_impl is foreach_l2_norm
         assert clip_grads.multi_tensor_scale_impl is megatron_optimizer.multi_tensor_scale_impl is foreach_scale
-    finally:
-        clip_grads.l2_norm_impl, clip_grads.multi_tensor_scale_impl, megatron_optimizer.multi_tensor_scale_impl = saved
+    assert (
+        clip_grads.l2_norm_impl,
+        clip_grads.multi_tensor_scale_impl,
+        megatron_optimizer.multi_tensor_scale_impl,
+    ) == saved
 
 
 def test_logged_metrics_are_the_same_with_the_fast_device_check():
-    """Fix 9: Lightning's per-log metric move is skipped only when the metric already is on that device."""
+    """Lightning's per-log metric move is skipped only when the metric already is on that device."""
     from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection, _ResultMetric
-
-    from bionemo.lightning.megatron_compat import install_fast_metric_to
 
     def log_steps() -> list[dict]:
         results, seen = _ResultCollection(training=True), []
@@ -188,15 +195,15 @@ def test_logged_metrics_are_the_same_with_the_fast_device_check():
         return seen
 
     original = _ResultMetric.to
-    try:
-        expected = log_steps()
-        assert install_fast_metric_to()
-        assert not install_fast_metric_to()  # idempotent
+    expected = log_steps()
+    with Patches() as patches:
+        assert FAST_METRIC_TO.apply(patches)
+        assert FAST_METRIC_TO.apply(patches)
+        assert len(patches) == 1  # idempotent
         assert log_steps() == expected
         metric = _ResultCollection(training=True)
         metric.log("training_step", "x", torch.tensor(1.0), batch_size=1)
         moved = metric["training_step.x"].to("meta")  # another device: moved as before
         assert moved.value.device.type == "meta"
         assert moved.cumulated_batch_size.device.type == "meta"
-    finally:
-        _ResultMetric.to = original
+    assert _ResultMetric.to is original

@@ -1,316 +1,236 @@
-"""What NeMo 2.7.3's ``MegatronStrategy`` needs handled so that ``BionemoLightningModule`` just works.
+"""The work-arounds that NeMo 2.7.3's ``MegatronStrategy`` needs for ``BionemoLightningModule``, per trainer.
 
-``BionemoLightningModule.configure_callbacks`` adds :class:`MegatronCompatCallback` to every trainer; it
-does nothing unless the trainer's strategy is a ``MegatronStrategy``. Each fix names the measured problem
-(see STACK.md, "Measured on 2 x H200"):
+``BionemoLightningModule.configure_callbacks`` adds :class:`MegatronCompatCallback` to every trainer that has
+none. Off MegatronStrategy it does nothing. Under MegatronStrategy it applies the work-arounds of
+:mod:`bionemo.lightning.workarounds` that the stage needs, each only on the upstream versions it was verified on
+(on others it warns once, :class:`~bionemo.lightning.workarounds.UnverifiedUpstreamWarning`, and leaves it out),
+and puts back every original at teardown (also after an exception), so that after the run no megatron-core,
+NeMo or Lightning attribute is left patched. Each work-around's module says what it fixes and what was measured:
 
-1. ``MegatronStep.adjust_tensor_shapes_fn`` imports ``nemo.collections.llm`` (HF datasets, modelopt) on every
-   step. For PP=1 or forward-only steps the original returns ``None`` without looking at anything else; we
-   return ``None`` there without the import (and also for PP>1 when that package cannot be imported, since
-   then no distillation can be configured).
-2. ``MegatronDataSampler.on_megatron_step_end`` logs in predict, which Lightning forbids: its
-   ``output_log`` is switched off for prediction.
-3. An int ``limit_val_batches`` / ``num_sanity_val_steps`` counts micro-batches under MegatronStrategy;
-   below the micro-batches per step validation silently never ran. At ``fit`` start they are scaled to
-   steps, unless the datamodule does this itself in NeMo's ``reconfigure_limit_batches`` hook (as
-   :class:`bionemo.lightning.data.MegatronDataModule` does, for every stage).
-4. Forked DataLoader workers died on CUDA garbage left from fit: garbage is collected before predict.
-5. Lightning 2.4's predict loop, when fed the dataloader iterator (as MegatronStrategy does), raises
-   ``UnboundLocalError: any_on_epoch`` unless ``return_predictions=True``. With ``return_predictions=False``
-   the loop is told to keep predictions, and each kept batch is dropped again before the next one, so
-   memory stays at one batch and ``trainer.predict`` still returns ``None``.
-6. ``MegatronStrategy.save_checkpoint`` / ``load_checkpoint`` import
-   ``nemo.collections.llm.modelopt.model_utils``; with ``nemo_toolkit[core]`` that import fails. When it
-   does, stand-ins that save and restore no ModelOpt state are registered (a model built by a bionemo
-   config has none).
-7. Resuming ``fit`` with megatron-core 0.15.3's distributed optimizer over torch Adam (no Apex or
-   TransformerEngine) failed twice: building the sharded state dict asserts one ``step`` per parameter
-   state, which a fresh optimizer has not made yet (``BionemoLightningModule.configure_optimizers`` makes it
-   up front, see :func:`bionemo.lightning.init_adam_state`); and every parameter-state loader hands
-   ``_set_main_param_and_optimizer_states`` the moments without ``step`` (the step is restored from the
-   param groups) while that method copies every key of the live state, so ``KeyError: 'step'``. The method
-   is wrapped to leave ``step`` alone, and to give each parameter its own ``step`` tensor: the one restored
-   from the param groups is a single tensor shared by all of them, which torch Adam would advance once per
-   parameter per step (:func:`install_distributed_optimizer_step_fix`).
-8. Without Apex or TransformerEngine, megatron-core's gradient-norm fallback (``local_multi_tensor_l2_norm``)
-   launches one norm kernel per gradient and turns each result into a Python float, which waits for the GPU
-   once per parameter tensor on every step (53 waits per step for a 4-layer GPT); its scale fallback (grad
-   clipping, main-to-model param copies) launches two kernels per tensor. Both are swapped for torch's
-   ``_foreach`` kernels, which compute the same values with one wait-free launch per tensor group
-   (:func:`install_multi_tensor_fix`; a no-op when the Apex or TransformerEngine kernels are in use).
-9. NeMo logs six to eight scalars per training step through ``LightningModule.log`` (global step, loss,
-   learning rate, consumed samples, ...). Lightning 2.4 moves the stored metric (a torchmetrics ``Metric``)
-   to the value's device on every call by walking all of its attributes: a ``self.log`` of a scalar took
-   172 us on the 2-core CPU machine, 34 us when the walk is skipped for a metric already on that device,
-   which is what the wrapper does (:func:`install_fast_metric_to`); the first call, or one with a value on
-   another device, still moves.
+==================================== ========= ==================================================================
+name                                 stages    what it works around
+==================================== ========= ==================================================================
+``step_without_distillation_shapes`` all       NeMo imports ``nemo.collections.llm`` on every step
+``predict_without_sampler_log``      predict   NeMo's data sampler logs in predict (Lightning forbids it)
+``limit_batches_to_steps``           fit       an int ``limit_val_batches`` counts micro-batches, not steps
+``collect_garbage_before_predict``   predict   forked DataLoader workers died on CUDA garbage left from fit
+``predict_loop_keep_predictions``    predict   Lightning's ``UnboundLocalError: any_on_epoch`` when not returning
+``modelopt_stand_ins``               all       NeMo's checkpoint save / load import ``nemo.collections.llm``
+``distributed_optimizer_step``       fit       megatron's distributed optimizer cannot resume torch Adam state
+``multi_tensor_foreach``             fit       speed-up: megatron's grad norm fallback waits on the GPU per tensor
+``fast_metric_to``                   all       speed-up: each ``self.log`` walks the stored metric (172 -> 34 us)
+==================================== ========= ==================================================================
+
+Switches: every work-around, the two speed-ups included, is on by default and can be left out by name,
+``MegatronCompatCallback(skip=["fast_metric_to"])`` given to the ``Trainer`` (the module then adds no second
+one), or with the environment variable ``BIONEMO_SKIP_WORKAROUNDS=fast_metric_to,multi_tensor_foreach`` for the
+callback the module adds. Leaving out a fix brings back the upstream failure it describes.
+
+The ``install_*`` functions are the earlier process-wide entry points, kept for scripts and benchmarks
+(``tools/bench_*.py``): they apply a work-around for the rest of the process, with no undo.
 """
 
-import dataclasses
-import functools
-import gc
-import sys
-import types
+import os
+from collections.abc import Collection
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
-from megatron.core import parallel_state
 from typing_extensions import override
 
 from bionemo.lightning._nemo import MegatronStep, MegatronStrategy
+from bionemo.lightning.workarounds import (
+    COLLECT_GARBAGE_BEFORE_PREDICT,
+    DISTRIBUTED_OPTIMIZER_STEP,
+    FAST_METRIC_TO,
+    LIMIT_BATCHES_TO_STEPS,
+    MODELOPT_STAND_INS,
+    MULTI_TENSOR_FOREACH,
+    PREDICT_LOOP_KEEP_PREDICTIONS,
+    PREDICT_WITHOUT_SAMPLER_LOG,
+    STEP_WITHOUT_DISTILLATION_SHAPES,
+    WORKAROUNDS,
+    Patches,
+    Workaround,
+)
+from bionemo.lightning.workarounds.collect_garbage_before_predict import collect_garbage
+from bionemo.lightning.workarounds.limit_batches_to_steps import scale_fit_limits, scale_limits_to_steps
+from bionemo.lightning.workarounds.modelopt_stand_ins import checkpoint_with_stand_ins, register_stand_ins
+from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
+from bionemo.lightning.workarounds.predict_loop_keep_predictions import (
+    drop_kept_predictions,
+    keep_predictions,
+    stop_keeping_predictions,
+)
+from bionemo.lightning.workarounds.predict_without_sampler_log import stop_sampler_log
+from bionemo.lightning.workarounds.step_without_distillation_shapes import without_distillation_shapes
 
 __all__ = [
+    "SKIP_ENV",
     "MegatronCompatCallback",
+    "foreach_l2_norm",
+    "foreach_scale",
     "install_distributed_optimizer_step_fix",
     "install_fast_metric_to",
     "install_modelopt_stand_ins",
     "install_multi_tensor_fix",
+    "scale_limits_to_steps",
 ]
 
-
-class _StepWithoutDistillationShapes(MegatronStep):
-    """A ``MegatronStep`` whose ``adjust_tensor_shapes_fn`` skips the ``nemo.collections.llm`` import when unused."""
-
-    @property
-    def adjust_tensor_shapes_fn(self) -> Any:  # type: ignore[override]
-        """``None`` unless pipeline-parallel training might use distillation shapes (see module docstring)."""
-        if self.forward_only or parallel_state.get_pipeline_model_parallel_world_size() == 1:
-            return None
-        try:
-            return super().adjust_tensor_shapes_fn
-        except ImportError:
-            return None
+SKIP_ENV = "BIONEMO_SKIP_WORKAROUNDS"
+"""Comma-separated work-around names the callback leaves out when it is built without ``skip``."""
 
 
 class MegatronCompatCallback(pl.Callback):
-    """Handles MegatronStrategy's rough edges for ``BionemoLightningModule`` (see the module docstring)."""
+    """Applies the upstream work-arounds a MegatronStrategy run needs, and removes them at teardown.
 
-    def __init__(self) -> None:
+    Args:
+        skip: Names of work-arounds to leave out (see the module docstring); ``None`` reads the comma-separated
+            environment variable ``BIONEMO_SKIP_WORKAROUNDS`` (empty or unset: none).
+
+    Raises:
+        ValueError: When ``skip`` names an unknown work-around.
+    """
+
+    def __init__(self, *, skip: Collection[str] | None = None) -> None:
         super().__init__()
+        if isinstance(skip, str):
+            raise TypeError(f"skip must be a collection of work-around names, not the string {skip!r}")
+        given = _skip_from_env() if skip is None else frozenset(skip)
+        valid = sorted(workaround.name for workaround in WORKAROUNDS)
+        unknown = sorted(given - set(valid))
+        if unknown:
+            source = f"${SKIP_ENV}" if skip is None else "skip"
+            raise ValueError(f"{source} names unknown work-arounds {unknown}; valid names: {valid}")
+        self.skip = given
+        self._patches = Patches()
+        self._applied: set[str] = set()
         self._drop_predictions = False
 
-    def on_megatron_step_start(self, step: MegatronStep) -> MegatronStep:
-        """Swap in a step whose distillation-shape hook does not import ``nemo.collections.llm``."""
-        if isinstance(step, _StepWithoutDistillationShapes):
-            return step
-        values = {field.name: getattr(step, field.name) for field in dataclasses.fields(step)}
-        return _StepWithoutDistillationShapes(**values)
+    @property
+    def applied(self) -> frozenset[str]:
+        """Names of the work-arounds in effect now (until teardown)."""
+        return frozenset(self._applied)
 
     @override
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        if _is_megatron(trainer):
-            install_modelopt_stand_ins()
-            install_distributed_optimizer_step_fix()
-            install_multi_tensor_fix()
-            install_fast_metric_to()
+        """Under MegatronStrategy: install the process-wide work-arounds the stage needs."""
+        if not _is_megatron(trainer):
+            return
+        for workaround in WORKAROUNDS:
+            if workaround.install is not None and stage in workaround.stages:
+                self._use(workaround)
+        if self._use(MODELOPT_STAND_INS):
+            checkpoint_with_stand_ins(trainer.strategy)
+
+    def on_megatron_step_start(self, step: MegatronStep) -> MegatronStep:
+        """NeMo hook: the step, as one whose distillation-shape hook does not import ``nemo.collections.llm``."""
+        if self._use(STEP_WITHOUT_DISTILLATION_SHAPES):
+            return without_distillation_shapes(step)
+        return step
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if _is_megatron(trainer):
-            _scale_limits_to_steps(trainer, ("limit_val_batches", "num_sanity_val_steps"))
+        if _is_megatron(trainer) and self._use(LIMIT_BATCHES_TO_STEPS):
+            scale_fit_limits(trainer, self._patches)
 
     @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._drop_predictions = False
         if not _is_megatron(trainer):
             return
-        sampler = getattr(trainer.strategy, "data_sampler", None)
-        if sampler is not None and hasattr(sampler, "output_log"):
-            sampler.output_log = False
-        if not trainer.predict_loop.return_predictions:
-            trainer.predict_loop.return_predictions = True
-            self._drop_predictions = True
-        gc.collect()
+        if self._use(PREDICT_WITHOUT_SAMPLER_LOG):
+            stop_sampler_log(trainer, self._patches)
+        if self._use(PREDICT_LOOP_KEEP_PREDICTIONS):
+            self._drop_predictions = keep_predictions(trainer, self._patches)
+        if self._use(COLLECT_GARBAGE_BEFORE_PREDICT):
+            collect_garbage()
 
     @override
     def on_predict_batch_start(
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
         if self._drop_predictions:
-            _clear_kept_predictions(trainer)
+            drop_kept_predictions(trainer)
 
     @override
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if self._drop_predictions:
-            _clear_kept_predictions(trainer)
-            trainer.predict_loop.return_predictions = False
+            stop_keeping_predictions(trainer)
             self._drop_predictions = False
 
+    @override
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.remove()
 
-def _clear_kept_predictions(trainer: pl.Trainer) -> None:
-    for kept in trainer.predict_loop._predictions:  # one list per dataloader
-        kept.clear()
+    @override
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        """Lightning calls no teardown hook after an exception; nothing a checkpoint save needs is removed here."""
+        self.remove()
+
+    def remove(self) -> None:
+        """Put back every original this callback replaced (the last one first)."""
+        self._patches.restore()
+        self._applied.clear()
+        self._drop_predictions = False
+
+    def _use(self, workaround: Workaround) -> bool:
+        """Apply ``workaround`` unless skipped, already applied, or unverified here; whether it is in effect."""
+        if workaround.name in self._applied:
+            return True
+        if workaround.name in self.skip or not workaround.apply(self._patches):
+            return False
+        self._applied.add(workaround.name)
+        return True
 
 
 def _is_megatron(trainer: pl.Trainer) -> bool:
     return isinstance(trainer.strategy, MegatronStrategy)
 
 
-def _scale_limits_to_steps(trainer: pl.Trainer, names: tuple[str, ...]) -> None:
-    """Scale the trainer's int limits unless a NeMo-style datamodule does it in ``reconfigure_limit_batches``."""
-    datamodule = getattr(trainer, "datamodule", None)
-    if datamodule is not None and hasattr(datamodule, "reconfigure_limit_batches"):
-        return
-    sampler = getattr(trainer.strategy, "data_sampler", None)
-    scale_limits_to_steps(trainer, names, getattr(sampler, "num_microbatches", None) or 1)
+def _skip_from_env() -> frozenset[str]:
+    return frozenset(name.strip() for name in os.environ.get(SKIP_ENV, "").split(",") if name.strip())
 
 
-def scale_limits_to_steps(trainer: pl.Trainer, names: tuple[str, ...], micro_batches: int) -> None:
-    """Multiply the trainer's positive int limits ``names`` by ``micro_batches``, each once per trainer."""
-    done: set[str] = trainer.__dict__.setdefault("_bionemo_scaled_limits", set())
-    for name in names:
-        value = getattr(trainer, name)
-        if name in done or isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-            continue
-        setattr(trainer, name, value * micro_batches)
-        done.add(name)
+_for_the_process = Patches()  # what the install_* functions replaced; never restored
+
+
+def _install_for_the_process(workaround: Workaround) -> bool:
+    before = len(_for_the_process)
+    workaround.apply(_for_the_process)
+    return len(_for_the_process) > before
 
 
 def install_modelopt_stand_ins() -> bool:
-    """Register no-op ``save_modelopt_state`` / ``restore_modelopt_state`` if NeMo's cannot be imported.
+    """Register the ModelOpt stand-ins for the rest of the process if NeMo's module cannot be imported.
 
     Returns:
         ``True`` when the stand-ins were installed, ``False`` when the real module imports (or they already are).
     """
-    name = "nemo.collections.llm.modelopt.model_utils"
-    if name in sys.modules:
-        return False
-    try:
-        __import__(name)
-        return False
-    except ImportError:
-        pass
-    for parent in ("nemo.collections.llm", "nemo.collections.llm.modelopt"):
-        if parent not in sys.modules or not hasattr(sys.modules[parent], "__path__"):
-            package = types.ModuleType(parent, "bionemo stand-in: the real package cannot be imported")
-            package.__path__ = []
-            sys.modules[parent] = package
-    module = types.ModuleType(name, "bionemo stand-in: models built by bionemo configs carry no ModelOpt state")
-    module.save_modelopt_state = lambda *args, **kwargs: None  # type: ignore[attr-defined]
-    module.restore_modelopt_state = lambda *args, **kwargs: None  # type: ignore[attr-defined]
-    sys.modules[name] = module
-    return True
+    return register_stand_ins(_for_the_process)
 
 
 def install_distributed_optimizer_step_fix() -> bool:
-    """Make megatron's distributed optimizer load torch Adam state that holds a ``step`` (fix 7 above).
+    """Apply :mod:`~bionemo.lightning.workarounds.distributed_optimizer_step` for the rest of the process.
 
     Returns:
-        ``True`` when the wrapper was installed now, ``False`` when it already was.
+        ``True`` when installed now, ``False`` when it already was (or the megatron-core version is unverified).
     """
-    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
-
-    original = DistributedOptimizer._set_main_param_and_optimizer_states
-    if getattr(original, "_bionemo_keeps_step", False):
-        return False
-
-    @functools.wraps(original)
-    def set_states(self: Any, model_param: Any, tensors: dict[str, Any]) -> None:
-        if "step" not in tensors and not self.config.use_precision_aware_optimizer_no_fp8_or_ds_fp8:
-            group_index, group_order = self.model_param_group_index_map[model_param]
-            state = self.optimizer.state[self.optimizer.param_groups[group_index]["params"][group_order]]
-            if "step" in state:
-                # load_state_dict restored it from the param groups as ONE tensor shared by every parameter,
-                # which Adam would advance once per parameter per step: each parameter gets its own copy
-                state["step"] = state["step"].clone()
-                tensors = {**tensors, "step": state["step"]}
-        original(self, model_param, tensors)
-
-    set_states._bionemo_keeps_step = True  # type: ignore[attr-defined]
-    DistributedOptimizer._set_main_param_and_optimizer_states = set_states  # type: ignore[method-assign]
-    return True
-
-
-_foreach = types.SimpleNamespace(
-    # torch's multi-tensor kernels (what torch.optim uses); pyright flags them as private to torch
-    norm=torch._foreach_norm,  # pyright: ignore[reportPrivateImportUsage]
-    mul=torch._foreach_mul,  # pyright: ignore[reportPrivateImportUsage]
-    mul_=torch._foreach_mul_,  # pyright: ignore[reportPrivateImportUsage]
-    copy_=torch._foreach_copy_,  # pyright: ignore[reportPrivateImportUsage]
-)
-
-
-def foreach_l2_norm(
-    chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list[list[torch.Tensor]], per_tensor: bool, *args: Any
-) -> tuple[torch.Tensor, None]:
-    """The L2 norm of all tensors in ``tensor_lists`` as a one-element fp32 tensor, without waiting on the GPU.
-
-    Same arguments and result as megatron's ``local_multi_tensor_l2_norm`` (``chunk_size`` and ``noop_flag``
-    are unused, as there; no per-tensor norms).
-    """
-    tensors = [tensor for tensor_list in tensor_lists for tensor in tensor_list]
-    if not tensors:
-        return torch.zeros(1, dtype=torch.float32, device=noop_flag.device), None
-    norms = _foreach.norm(tensors, 2, dtype=torch.float32)
-    return torch.linalg.vector_norm(torch.stack(norms)).reshape(1), None
-
-
-def foreach_scale(
-    chunk_size: int, noop_flag: torch.Tensor, tensor_lists: list[list[torch.Tensor]], scale: float
-) -> None:
-    """``dst = src * scale`` for each pair of ``tensor_lists = [srcs, dsts]``, like ``local_multi_tensor_scale``."""
-    sources, targets = tensor_lists
-    if not targets:
-        return
-    if all(source is target for source, target in zip(sources, targets, strict=True)):
-        _foreach.mul_(targets, scale)
-    elif scale == 1.0:
-        _foreach.copy_(targets, sources)
-    else:
-        _foreach.copy_(targets, _foreach.mul(sources, scale))
+    return _install_for_the_process(DISTRIBUTED_OPTIMIZER_STEP)
 
 
 def install_multi_tensor_fix() -> bool:
-    """Replace megatron-core's per-tensor gradient norm and scale fallbacks with ``_foreach`` kernels (fix 8).
-
-    Only the fallbacks are replaced: where megatron found Apex's or TransformerEngine's fused kernels, those stay.
+    """Apply :mod:`~bionemo.lightning.workarounds.multi_tensor_foreach` for the rest of the process.
 
     Returns:
         ``True`` when something was replaced now, ``False`` when nothing (left) to replace.
     """
-    from megatron.core import optimizer as optimizer_package
-    from megatron.core import utils
-    from megatron.core.optimizer import clip_grads
-
-    replaced = False
-    if clip_grads.l2_norm_impl is utils.local_multi_tensor_l2_norm:
-        clip_grads.l2_norm_impl = foreach_l2_norm
-        replaced = True
-    modules: tuple[Any, ...] = (clip_grads, optimizer_package.optimizer)
-    for module in modules:
-        if module.multi_tensor_scale_impl is utils.local_multi_tensor_scale:
-            module.multi_tensor_scale_impl = foreach_scale
-            replaced = True
-    return replaced
+    return _install_for_the_process(MULTI_TENSOR_FOREACH)
 
 
 def install_fast_metric_to() -> bool:
-    """Skip Lightning's per-``log`` move of a logged metric that is already on the value's device (fix 9).
+    """Apply :mod:`~bionemo.lightning.workarounds.fast_metric_to` for the rest of the process.
 
     Returns:
-        ``True`` when the wrapper was installed now, ``False`` when it already was.
+        ``True`` when installed now, ``False`` when it already was.
     """
-    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
-
-    original = _ResultMetric.to
-    if getattr(original, "_bionemo_fast", False):
-        return False
-
-    @functools.wraps(original)
-    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
-        device = args[0] if len(args) == 1 and not kwargs else None
-        state = self.__dict__
-        value, count = state.get("value"), state.get("cumulated_batch_size")
-        if (
-            isinstance(device, str | torch.device)
-            and isinstance(value, torch.Tensor)
-            and value.device == torch.device(device)
-            and (not isinstance(count, torch.Tensor) or count.device == value.device)
-        ):
-            return self
-        return original(self, *args, **kwargs)
-
-    to._bionemo_fast = True  # type: ignore[attr-defined]
-    _ResultMetric.to = to  # type: ignore[method-assign]
-    return True
+    return _install_for_the_process(FAST_METRIC_TO)

@@ -282,7 +282,9 @@ class BionemoLightningModule(
     def configure_callbacks(self) -> Sequence[pl.Callback]:
         """Add :class:`MegatronCompatCallback` and :class:`TokenWeightedValidationLoss` unless the trainer has them.
 
-        The compatibility callback is inactive off MegatronStrategy.
+        The compatibility callback is inactive off MegatronStrategy; under it, it applies the upstream
+        work-arounds the stage needs and removes them at teardown. To leave some out, give the Trainer a
+        ``MegatronCompatCallback(skip=[...])`` (or set ``BIONEMO_SKIP_WORKAROUNDS``).
         """
         present = _callbacks(self.trainer) if self._trainer is not None else []
         wanted = (MegatronCompatCallback, TokenWeightedValidationLoss)

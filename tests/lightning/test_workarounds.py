@@ -1,0 +1,313 @@
+"""The work-around machinery: patch records, version gates, and MegatronCompatCallback's apply-and-remove."""
+
+import sys
+import types
+import warnings
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from bionemo.lightning import MegatronCompatCallback, MegatronDataModule, megatron_compat
+from bionemo.lightning.workarounds import WORKAROUNDS, Patches, UnverifiedUpstreamWarning, Workaround, workaround
+from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
+from support.tiny_gpt import BigramDataset, make_module
+
+
+def _patched_places() -> dict[str, object]:
+    """Every megatron-core / NeMo / Lightning attribute a work-around may replace, and the stand-in modules."""
+    from lightning.pytorch.loops.prediction_loop import _PredictionLoop
+    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection, _ResultMetric
+    from megatron.core import utils
+    from megatron.core.optimizer import clip_grads
+    from megatron.core.optimizer import optimizer as megatron_optimizer
+    from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    from nemo.lightning.pytorch.plugins.data_sampler import MegatronDataSampler
+
+    from bionemo.lightning._nemo import MegatronStep, MegatronStrategy
+
+    places: dict[str, object] = {
+        "clip_grads.l2_norm_impl": clip_grads.l2_norm_impl,
+        "clip_grads.multi_tensor_scale_impl": clip_grads.multi_tensor_scale_impl,
+        "optimizer.multi_tensor_scale_impl": megatron_optimizer.multi_tensor_scale_impl,
+        "utils.local_multi_tensor_l2_norm": utils.local_multi_tensor_l2_norm,
+        "utils.local_multi_tensor_scale": utils.local_multi_tensor_scale,
+        "nemo.collections.llm modules": sorted(n for n in sys.modules if n.startswith("nemo.collections.llm")),
+    }
+    for cls in (
+        DistributedOptimizer,
+        _ResultMetric,
+        _ResultCollection,
+        _PredictionLoop,
+        MegatronStep,
+        MegatronDataSampler,
+        MegatronStrategy,
+        pl.Trainer,
+    ):
+        places.update({f"{cls.__name__}.{name}": value for name, value in vars(cls).items()})
+    return places
+
+
+def _fit_and_predict(callbacks: list[pl.Callback]) -> pl.Trainer:
+    torch.manual_seed(0)
+    datamodule = MegatronDataModule(
+        train=BigramDataset(32, 16, 32, seed=1),
+        val=BigramDataset(8, 16, 32, seed=2),
+        predict=BigramDataset(12, 16, 32, seed=3, labels=False),
+        micro_batch_size=4,
+        seq_length=16,
+    )
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_steps=3,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        callbacks=callbacks,
+    )
+    module = make_module()
+    trainer.fit(module, datamodule=datamodule)
+    assert trainer.predict(module, datamodule=datamodule, return_predictions=False) is None
+    return trainer
+
+
+class _Probe(pl.Callback):
+    """Records, during each stage, which patches are in effect."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, dict[str, bool]] = {}
+
+    def _look(self, trainer: pl.Trainer, stage: str) -> None:
+        from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
+        from megatron.core.optimizer import clip_grads
+        from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+
+        self.seen[stage] = {
+            "multi_tensor_foreach": clip_grads.l2_norm_impl is foreach_l2_norm,
+            "fast_metric_to": getattr(_ResultMetric.to, "_bionemo_fast", False),
+            "distributed_optimizer_step": getattr(
+                DistributedOptimizer._set_main_param_and_optimizer_states, "_bionemo_keeps_step", False
+            ),
+            "return_predictions": trainer.predict_loop.return_predictions,
+        }
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        self._look(trainer, "fit")
+
+    def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+        self._look(trainer, "predict")
+
+
+def test_a_plain_lightning_fit_leaves_no_upstream_attribute_patched():
+    before = _patched_places()
+    probe = _Probe()
+    trainer = _fit_and_predict([probe])
+    assert _patched_places() == before
+    compat = [cb for cb in trainer.callbacks if isinstance(cb, MegatronCompatCallback)]
+    assert len(compat) == 1  # added by the module
+    assert compat[0].applied == frozenset()
+    assert not any(probe.seen["fit"][name] for name in ("multi_tensor_foreach", "fast_metric_to"))
+
+
+def test_under_megatron_the_work_arounds_apply_per_stage_and_are_removed_at_teardown(monkeypatch):
+    """``_is_megatron`` mocked: the module runs under Lightning's strategy, the callback acts as under Megatron."""
+    monkeypatch.setattr(megatron_compat, "_is_megatron", lambda trainer: True)
+    before = _patched_places()
+    probe, compat = _Probe(), MegatronCompatCallback()
+    trainer = _fit_and_predict([probe, compat])
+    assert _patched_places() == before
+    assert compat.applied == frozenset()
+    assert probe.seen["fit"] == {
+        "multi_tensor_foreach": True,
+        "fast_metric_to": True,
+        "distributed_optimizer_step": True,
+        "return_predictions": False,
+    }
+    # prediction needs no optimizer patches; it keeps (and drops) each batch to dodge Lightning's any_on_epoch bug
+    assert probe.seen["predict"] == {
+        "multi_tensor_foreach": False,
+        "fast_metric_to": True,
+        "distributed_optimizer_step": False,
+        "return_predictions": True,
+    }
+    assert trainer.predict_loop.return_predictions is False
+    assert trainer.limit_val_batches == 1
+
+
+def test_skipped_work_arounds_are_not_applied(monkeypatch):
+    monkeypatch.setattr(megatron_compat, "_is_megatron", lambda trainer: True)
+    probe = _Probe()
+    _fit_and_predict([probe, MegatronCompatCallback(skip=["multi_tensor_foreach", "fast_metric_to"])])
+    assert probe.seen["fit"]["multi_tensor_foreach"] is False
+    assert probe.seen["fit"]["fast_metric_to"] is False
+    assert probe.seen["fit"]["distributed_optimizer_step"] is True
+
+
+def test_an_exception_during_fit_removes_them_too(monkeypatch):
+    class Boom(pl.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            raise RuntimeError("boom")
+
+    monkeypatch.setattr(megatron_compat, "_is_megatron", lambda trainer: True)
+    before = _patched_places()
+    compat = MegatronCompatCallback()
+    with pytest.raises(RuntimeError, match="boom"):
+        _fit_and_predict([compat, Boom()])
+    assert _patched_places() == before
+    assert compat.applied == frozenset()
+
+
+class _IterPredictor(pl.LightningModule):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 1)
+
+    def predict_step(self, dataloader_iter):
+        batch, _, _ = next(dataloader_iter)
+        return self.layer(batch)
+
+
+def test_predict_from_the_iterator_without_returned_predictions_works_with_the_callback(monkeypatch):
+    """The canary's UnboundLocalError ('any_on_epoch') is gone, and predict still returns None."""
+    monkeypatch.setattr(megatron_compat, "_is_megatron", lambda trainer: True)
+    kept: list[int] = []
+
+    class Count(pl.Callback):
+        def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
+            kept.append(sum(len(k) for k in trainer.predict_loop._predictions))
+
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=1,
+        logger=False,
+        enable_progress_bar=False,
+        callbacks=[MegatronCompatCallback(), Count()],
+    )
+    loader = DataLoader(torch.randn(6, 2), batch_size=2)
+    assert trainer.predict(_IterPredictor(), loader, return_predictions=False) is None
+    assert kept == [0, 0, 0]  # the step's prediction is appended after the hook: never more than one kept
+    assert trainer.predict_loop.return_predictions is False
+
+
+# --- Patches and Workaround --------------------------------------------------------------------------------
+
+
+class _Base:
+    def method(self) -> str:
+        return "base"
+
+
+class _Child(_Base):
+    own = 1
+
+    @property
+    def prop(self) -> int:
+        return self.__dict__.get("_prop", 0)
+
+    @prop.setter
+    def prop(self, value: int) -> None:
+        self.__dict__["_prop"] = value
+
+
+def test_patches_restore_own_inherited_instance_property_and_mapping_entries():
+    module = types.ModuleType("fake_upstream")
+    module.impl = len  # type: ignore[attr-defined]
+    obj = _Child()
+    mapping: dict[str, object] = {"kept": 1}
+    with Patches() as patches:
+        patches.set(_Child, "own", 2)
+        patches.set(_Child, "method", lambda self: "patched")  # inherited from _Base
+        patches.set(obj, "method", lambda: "instance")  # the class's method, shadowed on the object
+        patches.set(obj, "prop", 5)
+        patches.set(module, "impl", max)
+        patches.set_item(mapping, "kept", 2)
+        patches.set_item(mapping, "new", 3)
+        assert patches.has(obj, "prop")
+        assert (_Child.own, _Child().method(), obj.method(), obj.prop, module.impl) == (
+            2,
+            "patched",
+            "instance",
+            5,
+            max,
+        )
+    assert "method" not in vars(_Child)
+    assert "method" not in vars(obj)
+    assert (_Child.own, obj.method(), obj.prop, module.impl) == (1, "base", 0, len)
+    assert mapping == {"kept": 1}
+    assert not patches.has(obj, "prop")
+
+
+def test_an_unverified_version_is_not_applied_and_said_once(monkeypatch):
+    monkeypatch.setattr(workaround, "_warned", set())
+    installed: list[int] = []
+    fake = Workaround(
+        name="fake",
+        upstream="an upstream bug\nmore detail",
+        verified={"lightning": "0.0.1"},
+        sources={},
+        install=lambda patches: installed.append(1),
+    )
+    with pytest.warns(
+        UnverifiedUpstreamWarning, match=r"'fake' not applied: installed lightning 2\..* \(verified: 0\.0\.1\)"
+    ):
+        assert fake.apply(Patches()) is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert fake.apply(Patches()) is False  # said once
+    assert installed == []
+    verified = Workaround(
+        name="fake2", upstream="x", verified={"lightning": workaround.installed_version("lightning") or ""}, sources={}
+    )
+    assert verified.apply(Patches()) is True
+
+
+def test_the_callback_applies_nothing_on_unverified_versions(monkeypatch):
+    monkeypatch.setattr(workaround, "_warned", set())
+    monkeypatch.setattr(workaround, "installed_version", lambda name: "99.0.0")
+    monkeypatch.setattr(megatron_compat, "_is_megatron", lambda trainer: True)
+    before = _patched_places()
+    probe = _Probe()
+    with pytest.warns(UnverifiedUpstreamWarning) as record:
+        _fit_and_predict([probe])
+    said = [str(w.message) for w in record if issubclass(w.category, UnverifiedUpstreamWarning)]
+    # each once; the step hook is NeMo's, which Lightning's strategy never calls
+    expected = sorted(w.name for w in WORKAROUNDS if w.name != "step_without_distillation_shapes")
+    assert sorted(s.split("'")[1] for s in said) == expected
+    assert not any(probe.seen["fit"][name] for name in ("multi_tensor_foreach", "fast_metric_to"))
+    assert _patched_places() == before
+
+
+def test_workaround_fields_are_validated():
+    with pytest.raises(ValueError, match="verified"):
+        Workaround(name="x", upstream="y", verified={}, sources={})
+    with pytest.raises(ValueError, match="stages"):
+        Workaround(name="x", upstream="y", verified={"a": "1"}, sources={}, stages=frozenset({"train"}))  # type: ignore[arg-type]
+
+
+def test_skip_names_are_checked(monkeypatch):
+    with pytest.raises(ValueError, match=r"unknown work-arounds \['fix 9'\]; valid names: \["):
+        MegatronCompatCallback(skip=["fix 9"])
+    with pytest.raises(TypeError, match="not the string"):
+        MegatronCompatCallback(skip="fast_metric_to")
+    monkeypatch.setenv(megatron_compat.SKIP_ENV, "fast_metric_to, multi_tensor_foreach")
+    assert MegatronCompatCallback().skip == {"fast_metric_to", "multi_tensor_foreach"}
+    monkeypatch.setenv(megatron_compat.SKIP_ENV, "nope")
+    with pytest.raises(ValueError, match=r"\$BIONEMO_SKIP_WORKAROUNDS names unknown"):
+        MegatronCompatCallback()
+
+
+def test_backward_compatible_names_stay_importable():
+    """Scripts, benchmarks and ``data.py`` import these from ``megatron_compat``."""
+    for name in (
+        "install_distributed_optimizer_step_fix",
+        "install_fast_metric_to",
+        "install_modelopt_stand_ins",
+        "install_multi_tensor_fix",
+        "scale_limits_to_steps",
+    ):
+        assert callable(getattr(megatron_compat, name)), name
+    assert (megatron_compat.foreach_l2_norm, megatron_compat.foreach_scale) == (foreach_l2_norm, foreach_scale)
