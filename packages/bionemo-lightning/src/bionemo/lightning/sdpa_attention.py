@@ -173,17 +173,23 @@ class SDPACoreAttention(MegatronModule):
 def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> ModuleSpec:
     """megatron-core's local (no Transformer Engine) transformer-layer spec with :class:`SDPACoreAttention`.
 
-    Self-attention is :class:`bionemo.lightning.rotary.RotarySelfAttention` (megatron's, with a fused RoPE).
+    Self-attention is :class:`bionemo.lightning.rotary.RotarySelfAttention` (megatron's, with a fused RoPE); the
+    linear layers add their bias inside the matrix multiply without tensor parallelism
+    (:mod:`bionemo.lightning.fused_bias_linear`).
 
     Args:
         attn_mask_type: ``causal`` for decoders (GPT), ``padding`` for bidirectional encoders (BERT, ESM-2).
     """
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
 
+    from bionemo.lightning.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
     from bionemo.lightning.rotary import RotarySelfAttention
 
     spec = get_gpt_layer_local_spec()
     spec.submodules.self_attention.module = RotarySelfAttention
+    attention, mlp = spec.submodules.self_attention.submodules, spec.submodules.mlp.submodules
+    attention.linear_qkv, attention.linear_proj = FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
+    mlp.linear_fc1, mlp.linear_fc2 = FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
     spec.submodules.self_attention.params = {"attn_mask_type": attn_mask_type}
     spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
     return spec
