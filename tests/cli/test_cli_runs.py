@@ -19,8 +19,14 @@ from bionemo.recipes.outputs import read_predictions
 BIONEMO = [sys.executable, "-m", "bionemo.cli"]
 
 
+CPU_ONLY = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+"""These are CPU runs, also on a machine with GPUs (hidden from the child processes)."""
+
+
 def bionemo(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    result = subprocess.run([*BIONEMO, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False)
+    result = subprocess.run(
+        [*BIONEMO, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, env=CPU_ONLY
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
@@ -70,6 +76,7 @@ def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
         cwd=tmp_path,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=CPU_ONLY,
     )
     deadline = time.time() + 300
     while not (killed / "checkpoints" / "last.ckpt").exists():

@@ -1,6 +1,7 @@
 """`bionemo run` is quiet by default: stderr holds no library chatter unless `--verbose` is given."""
 
 import logging
+import os
 import subprocess
 import sys
 import warnings
@@ -23,7 +24,11 @@ LIBRARY_LINES = (
 
 
 def bionemo(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    result = subprocess.run([*BIONEMO, *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False)
+    """A CPU run, also on a machine with GPUs (they are hidden from the child process)."""
+    cpu_only = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+    result = subprocess.run(
+        [*BIONEMO, *args], cwd=cwd, capture_output=True, text=True, timeout=600, check=False, env=cpu_only
+    )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
 
