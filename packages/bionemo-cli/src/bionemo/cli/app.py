@@ -80,5 +80,7 @@ app.add_typer(convert_app, name="convert")
 
 
 def main() -> None:
-    """Entry point of the ``bionemo`` console script."""
-    app()
+    """Entry point of the ``bionemo`` console script (exits without the interpreter's teardown, see ``_fast_exit``)."""
+    from bionemo.cli._fast_exit import run_then_exit_fast
+
+    run_then_exit_fast(app)
