@@ -63,65 +63,111 @@ def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> li
 def _fit(
     settings: RunSettings, defaults: dict[str, Any], recipe: str, records: list, out: Path, start: Any
 ) -> list[tuple[str, str]]:
-    import functools
-
+    """Train (resuming from the newest checkpoint with ``--resume``), export the weights, return summary rows."""
     import lightning.pytorch as pl
-    import torch
-    from lightning.pytorch.loggers import TensorBoardLogger
-    from megatron.core.optimizer import OptimizerConfig
 
-    from bionemo.callbacks import PerplexityLoggingCallback
-    from bionemo.esm2.data import MaskedProteinDataset, data_step
-    from bionemo.esm2.steps import forward_step
-    from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.esm2.weights import apply_weights, full_state_dict, save_weights
-    from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
-    from bionemo.recipes.checkpoints import checkpoint_callback, interrupt_checkpoint, resume_checkpoint
-    from bionemo.recipes.metrics_log import CSVLogPosition, ResumableCSVLogger
-    from bionemo.recipes.plots import plot_curves
-    from bionemo.recipes.progress import StepProgressBar
-    from bionemo.recipes.trainers import build_trainer, is_launching_rank, uses_megatron
+    from bionemo.esm2.weights import full_state_dict
+    from bionemo.recipes.checkpoints import resume_checkpoint
+    from bionemo.recipes.trainers import is_launching_rank, uses_megatron
 
     pl.seed_everything(settings.seed, workers=True, verbose=False)
-    tokenizer = ProteinTokenizer()
     shuffled = list(records)
     random.Random(settings.seed).shuffle(shuffled)
     n_val = max(1, len(shuffled) // 10)
     val, train_records = shuffled[:n_val], shuffled[n_val:]
     megatron = uses_megatron(settings)
-    module = BionemoLightningModule(
+    module = _module(settings, defaults, megatron, start)
+    max_steps = value(settings, defaults, "max_steps")
+    data = _data(settings, defaults, train_records, val, max_steps, megatron)
+    checkpoints = out / "checkpoints"
+    resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
+    trainer = _trainer(
+        settings,
+        out,
+        checkpoints,
+        max_steps,
+        min(value(settings, defaults, "val_check_interval"), max_steps),
+        resume_from,
+    )
+    baseline_file = out / "untrained_baseline.json"
+    if resume_from is None and not megatron:
+        # the starting model's validation perplexity: the baseline the trained model is compared with
+        (untrained,) = trainer.validate(module, datamodule=data, verbose=False)
+        if trainer.global_rank == 0:
+            baseline_file.write_text(json.dumps({"val_ppl": finite(untrained.get("val_ppl"))}, allow_nan=False))
+    if resume_from is not None and is_launching_rank():
+        print(f"resuming from {resume_from}", file=sys.stderr, flush=True)  # the library's own line is quieted
+    trainer.fit(module, datamodule=data, ckpt_path=resume_from)
+    tensors = full_state_dict(module.unwrapped_module())  # gathers tensor-parallel shards: every rank takes part
+    if trainer.global_rank != 0:
+        return []
+    sizes = f"{len(train_records)} / {len(val)}"
+    return _export(settings, defaults, recipe, trainer, tensors, out, start, baseline_file, sizes)
+
+
+def _module(settings: RunSettings, defaults: dict[str, Any], megatron: bool, start: Any) -> Any:
+    """The Lightning module: the recipe's model (from ``start``'s weights if given) and Adam."""
+    import functools
+
+    from megatron.core.optimizer import OptimizerConfig
+
+    from bionemo.esm2.data import data_step
+    from bionemo.esm2.steps import forward_step
+    from bionemo.esm2.weights import apply_weights
+    from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
+
+    optimizer = OptimizerConfig(
+        optimizer="adam",
+        lr=value(settings, defaults, "lr"),
+        weight_decay=0.01,
+        use_distributed_optimizer=megatron,
+        bf16=megatron and settings.precision == Precision.BF16,
+        clip_grad=1.0,
+    )
+    return BionemoLightningModule(
         model_config(defaults["model"], settings),
         forward_step=forward_step,
         data_step=data_step,
-        optimizer=MegatronOptimizerModule(
-            config=OptimizerConfig(
-                optimizer="adam",
-                lr=value(settings, defaults, "lr"),
-                weight_decay=0.01,
-                use_distributed_optimizer=megatron,
-                bf16=megatron and settings.precision == Precision.BF16,
-                clip_grad=1.0,
-            )
-        ),
+        optimizer=MegatronOptimizerModule(config=optimizer),
         model_transform=None if start is None else functools.partial(apply_weights, tensors=start.tensors),
     )
-    max_steps = value(settings, defaults, "max_steps")
+
+
+def _data(
+    settings: RunSettings, defaults: dict[str, Any], train: list, val: list, max_steps: int, megatron: bool
+) -> Any:
+    """Masked training and validation sets; one pass over the training view is the whole run."""
+    from bionemo.esm2.data import MaskedProteinDataset
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+
+    tokenizer = ProteinTokenizer()
     samples_per_step = value(settings, defaults, "micro_batch_size") * settings.data_parallel_size()
     if megatron:
         samples_per_step = max(samples_per_step, settings.global_batch_size or defaults["global_batch_size"])
-    data = datamodule(
+    return datamodule(
         settings,
         defaults,
-        # one pass over this view is the whole run: fresh masks every time a sequence comes round again
-        train=MaskedProteinDataset(train_records, tokenizer, seed=settings.seed, length=max_steps * samples_per_step),
+        # fresh masks every time a sequence comes round again
+        train=MaskedProteinDataset(train, tokenizer, seed=settings.seed, length=max_steps * samples_per_step),
         val=MaskedProteinDataset(val, tokenizer, seed=settings.seed + 1),
     )
-    interval = min(value(settings, defaults, "val_check_interval"), max_steps)
-    checkpoints = out / "checkpoints"
-    resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
+
+
+def _trainer(
+    settings: RunSettings, out: Path, checkpoints: Path, max_steps: int, interval: int, resume_from: str | None
+) -> Any:
+    """The trainer with perplexity logging, periodic and Ctrl-C checkpoints, resumable logs and a step bar."""
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from bionemo.callbacks import PerplexityLoggingCallback
+    from bionemo.recipes.checkpoints import checkpoint_callback, interrupt_checkpoint
+    from bionemo.recipes.metrics_log import CSVLogPosition, ResumableCSVLogger
+    from bionemo.recipes.progress import StepProgressBar
+    from bionemo.recipes.trainers import build_trainer
+
     # a resumed run (or a rerun of a finished one) continues metrics.csv: the curve shows the whole run
     csv_logger = ResumableCSVLogger(out, name="logs", version="", resume=resume_from is not None)
-    trainer = build_trainer(
+    return build_trainer(
         settings,
         training=True,
         callbacks=[
@@ -137,18 +183,27 @@ def _fit(
         val_check_interval=interval,
         default_root_dir=out,
     )
-    baseline_file = out / "untrained_baseline.json"
-    if resume_from is None and not megatron:
-        # the starting model's validation perplexity: the baseline the trained model is compared with
-        (untrained,) = trainer.validate(module, datamodule=data, verbose=False)
-        if trainer.global_rank == 0:
-            baseline_file.write_text(json.dumps({"val_ppl": finite(untrained.get("val_ppl"))}, allow_nan=False))
-    if resume_from is not None and is_launching_rank():
-        print(f"resuming from {resume_from}", file=sys.stderr, flush=True)  # the library's own line is quieted
-    trainer.fit(module, datamodule=data, ckpt_path=resume_from)
-    tensors = full_state_dict(module.unwrapped_module())  # gathers tensor-parallel shards: every rank takes part
-    if trainer.global_rank != 0:
-        return []
+
+
+def _export(
+    settings: RunSettings,
+    defaults: dict[str, Any],
+    recipe: str,
+    trainer: Any,
+    tensors: dict[str, Any],
+    out: Path,
+    start: Any,
+    baseline_file: Path,
+    sizes: str,
+) -> list[tuple[str, str]]:
+    """Write ``model.safetensors`` (with what the run measured) and the curve; the summary rows (rank 0)."""
+    import torch
+
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+    from bionemo.esm2.weights import save_weights
+    from bionemo.recipes.plots import plot_curves
+
+    vocab_size = ProteinTokenizer().vocab_size
     metrics = {
         k: float(v) for k, v in trainer.callback_metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1
     }
@@ -161,8 +216,8 @@ def _fit(
         weights,
         {
             "recipe": recipe,
-            "model": {**defaults["model"], "vocab_size": tokenizer.vocab_size},
-            "vocab_size": tokenizer.vocab_size,
+            "model": {**defaults["model"], "vocab_size": vocab_size},
+            "vocab_size": vocab_size,
             "steps": trainer.global_step,
             "val_ppl": val_ppl,
             "untrained_val_ppl": untrained_ppl,
@@ -176,12 +231,12 @@ def _fit(
         ("recipe", recipe),
         ("started from", "random initialisation" if start is None else f"{start.path} ({start.source})"),
         ("steps", str(trainer.global_step)),
-        ("sequences (train / val)", f"{len(train_records)} / {len(val)}"),
+        ("sequences (train / val)", sizes),
         ("final train loss", shown(metrics.get("reduced_train_loss"), 4)),
         ("validation perplexity", shown(val_ppl, 3)),
         (f"{starting} model's validation perplexity", shown(untrained_ppl, 3)),
         ("weights", str(weights)),
-        ("checkpoints (resume)", str(checkpoints)),
+        ("checkpoints (resume)", str(out / "checkpoints")),
         ("logs (CSV, TensorBoard)", str(out / "logs")),
         ("loss / perplexity curve", str(plot) if plot else "not written (no metrics)"),
     ]
