@@ -68,6 +68,47 @@ VerboseOpt = Annotated[
     bool, typer.Option("--verbose", help="Also show the libraries' warnings and notes (hidden by default).")
 ]
 
+IncludeOpt = Annotated[
+    list[Include] | None,
+    typer.Option(
+        "--include",
+        help="Repeat to choose outputs (residue-embeddings: per residue; cls: the <cls> vector). Default: embeddings, perplexity.",
+    ),
+]
+WriteIntervalOpt = Annotated[
+    WriteIntervalChoice | None,
+    typer.Option(
+        "--write-interval",
+        help="batch: shards stream to disk as they come and a rerun resumes; epoch: one per device at the end. Default: batch.",
+    ),
+]
+TokensPerBatchOpt = Annotated[
+    int | None,
+    typer.Option(
+        "--tokens-per-batch",
+        min=1,
+        help="Batch length-sorted sequences up to this many tokens (padding included) instead of by count.",
+    ),
+]
+LayerOpt = Annotated[
+    list[int] | None,
+    typer.Option(
+        "--layer", help="Repeat to add layers' embeddings (0 = embedding output, num_layers = last, -1 = last)."
+    ),
+]
+OutputDtypeOpt = Annotated[
+    OutputDtype | None,
+    typer.Option("--output-dtype", help="Type of written embeddings and logits. Default: float32."),
+]
+UnpaddedOpt = Annotated[
+    bool,
+    typer.Option(
+        "--unpadded",
+        help="Concatenate each batch's sequences without padding (variable-length flash attention; "
+        "GPUs in bf16/fp16, no pipeline parallelism). Same outputs; not yet benchmarked.",
+    ),
+]
+
 
 def _run(
     command: str, file: Path | None, overrides: dict[str, Any], verbose: bool = False, ctx: typer.Context | None = None
@@ -199,46 +240,12 @@ def predict(
     global_batch_size: GBSOpt = None,
     truncate: TruncateOpt = False,
     verbose: VerboseOpt = False,
-    include: Annotated[
-        list[Include] | None,
-        typer.Option(
-            "--include",
-            help="Repeat to choose outputs (residue-embeddings: per residue; cls: the <cls> vector). Default: embeddings, perplexity.",
-        ),
-    ] = None,
-    write_interval: Annotated[
-        WriteIntervalChoice | None,
-        typer.Option(
-            "--write-interval",
-            help="batch: shards stream to disk as they come and a rerun resumes; epoch: one per device at the end. Default: batch.",
-        ),
-    ] = None,
-    tokens_per_batch: Annotated[
-        int | None,
-        typer.Option(
-            "--tokens-per-batch",
-            min=1,
-            help="Batch length-sorted sequences up to this many tokens (padding included) instead of by count.",
-        ),
-    ] = None,
-    layer: Annotated[
-        list[int] | None,
-        typer.Option(
-            "--layer", help="Repeat to add layers' embeddings (0 = embedding output, num_layers = last, -1 = last)."
-        ),
-    ] = None,
-    output_dtype: Annotated[
-        OutputDtype | None,
-        typer.Option("--output-dtype", help="Type of written embeddings and logits. Default: float32."),
-    ] = None,
-    unpadded: Annotated[
-        bool,
-        typer.Option(
-            "--unpadded",
-            help="Concatenate each batch's sequences without padding (variable-length flash attention; "
-            "GPUs in bf16/fp16, no pipeline parallelism). Same outputs; not yet benchmarked.",
-        ),
-    ] = False,
+    include: IncludeOpt = None,
+    write_interval: WriteIntervalOpt = None,
+    tokens_per_batch: TokensPerBatchOpt = None,
+    layer: LayerOpt = None,
+    output_dtype: OutputDtypeOpt = None,
+    unpadded: UnpaddedOpt = False,
 ) -> None:
     """Predict per-sequence outputs; with no options, the bundled demo sequences with the bundled weights."""
     overrides = {k: v for k, v in locals().items() if k not in ("config", "verbose")}

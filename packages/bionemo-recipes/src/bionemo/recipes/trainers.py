@@ -154,21 +154,7 @@ def build_trainer(
             log_every_n_steps=max(1, min(50, (val_check_interval or 50) // 5)),
         )
     if uses_megatron(settings, training=training):
-        from nemo import lightning as nl
-
-        strategy = nl.MegatronStrategy(
-            tensor_model_parallel_size=settings.tensor_parallel,
-            pipeline_model_parallel_size=settings.pipeline_parallel,
-            context_parallel_size=settings.context_parallel,
-            ckpt_async_save=False,
-            ckpt_optim_fully_reshardable=True,
-            ckpt_load_optimizer=training,
-            setup_optimizers=training,
-        )
-        plugins = nl.MegatronMixedPrecision(precision=precision) if precision != "32" else None
-        return nl.Trainer(
-            accelerator="gpu", strategy=strategy, plugins=plugins, use_distributed_sampler=False, **common
-        )
+        return _megatron_trainer(settings, training=training, precision=precision, common=common)
     import lightning.pytorch as pl
 
     from bionemo.recipes.safe_checkpoint_io import SafeCheckpointIO
@@ -181,3 +167,20 @@ def build_trainer(
         plugins=[SafeCheckpointIO()],
         **common,
     )
+
+
+def _megatron_trainer(settings: RunSettings, *, training: bool, precision: str, common: dict[str, Any]) -> Any:
+    """NeMo's Trainer with MegatronStrategy (TP / PP / CP from ``settings``) and its mixed precision."""
+    from nemo import lightning as nl
+
+    strategy = nl.MegatronStrategy(
+        tensor_model_parallel_size=settings.tensor_parallel,
+        pipeline_model_parallel_size=settings.pipeline_parallel,
+        context_parallel_size=settings.context_parallel,
+        ckpt_async_save=False,
+        ckpt_optim_fully_reshardable=True,
+        ckpt_load_optimizer=training,
+        setup_optimizers=training,
+    )
+    plugins = nl.MegatronMixedPrecision(precision=precision) if precision != "32" else None  # pyright: ignore[reportArgumentType]
+    return nl.Trainer(accelerator="gpu", strategy=strategy, plugins=plugins, use_distributed_sampler=False, **common)
