@@ -72,9 +72,7 @@ def test_source_imports_follow_the_direction(package):
         if name.startswith("bionemo"):
             if name not in allowed_bionemo:
                 violations.append(f"{name} imported by {sorted(files)}")
-        elif name in sys.stdlib_module_names or name in IMPLIED or name == "__future__":
-            continue
-        elif name in OPTIONAL.get(package, set()):
+        elif name in sys.stdlib_module_names or name in IMPLIED | OPTIONAL.get(package, set()) or name == "__future__":
             continue
         elif name not in allowed_third:
             violations.append(f"{name} imported by {sorted(files)}")
