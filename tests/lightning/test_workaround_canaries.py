@@ -21,6 +21,7 @@ from bionemo.lightning.workarounds import (
     WORKAROUNDS,
 )
 from bionemo.lightning.workarounds.workaround import installed_version, source_digest
+from support.iter_predictor import IterPredictor
 
 SOURCES = [(w.name, target, digest) for w in WORKAROUNDS for target, digest in w.sources.items()]
 
@@ -118,23 +119,11 @@ def test_megatron_uses_its_per_tensor_fallbacks_here():
     assert MULTI_TENSOR_FOREACH.speed_up
 
 
-class _IterPredictor(pl.LightningModule):
-    """Predicts from the dataloader iterator, as NeMo's MegatronStrategy makes Lightning do."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(2, 1)
-
-    def predict_step(self, dataloader_iter):
-        batch, _, _ = next(dataloader_iter)
-        return self.layer(batch)
-
-
 def test_lightning_predict_loop_still_fails_fed_the_iterator_without_returned_predictions():
     loader = DataLoader(torch.randn(4, 2), batch_size=2)
     trainer = pl.Trainer(accelerator="cpu", devices=1, logger=False, enable_progress_bar=False)
     with pytest.raises(UnboundLocalError, match="any_on_epoch"):
-        trainer.predict(_IterPredictor(), loader, return_predictions=False)
-    returned = trainer.predict(_IterPredictor(), loader, return_predictions=True)
+        trainer.predict(IterPredictor(), loader, return_predictions=False)
+    returned = trainer.predict(IterPredictor(), loader, return_predictions=True)
     assert returned is not None
     assert len(returned) == 2

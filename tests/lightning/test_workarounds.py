@@ -12,6 +12,7 @@ from torch.utils.data import DataLoader
 from bionemo.lightning import MegatronCompatCallback, MegatronDataModule, megatron_compat
 from bionemo.lightning.workarounds import WORKAROUNDS, Patches, UnverifiedUpstreamWarning, Workaround, workaround
 from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
+from support.iter_predictor import IterPredictor
 from support.tiny_gpt import BigramDataset, make_module
 
 
@@ -161,16 +162,6 @@ def test_an_exception_during_fit_removes_them_too(monkeypatch):
     assert compat.applied == frozenset()
 
 
-class _IterPredictor(pl.LightningModule):
-    def __init__(self) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(2, 1)
-
-    def predict_step(self, dataloader_iter):
-        batch, _, _ = next(dataloader_iter)
-        return self.layer(batch)
-
-
 def test_predict_from_the_iterator_without_returned_predictions_works_with_the_callback(monkeypatch):
     """The canary's UnboundLocalError ('any_on_epoch') is gone, and predict still returns None."""
     monkeypatch.setattr(megatron_compat, "_is_megatron", lambda trainer: True)
@@ -188,7 +179,7 @@ def test_predict_from_the_iterator_without_returned_predictions_works_with_the_c
         callbacks=[MegatronCompatCallback(), Count()],
     )
     loader = DataLoader(torch.randn(6, 2), batch_size=2)
-    assert trainer.predict(_IterPredictor(), loader, return_predictions=False) is None
+    assert trainer.predict(IterPredictor(), loader, return_predictions=False) is None
     assert kept == [0, 0, 0]  # the step's prediction is appended after the hook: never more than one kept
     assert trainer.predict_loop.return_predictions is False
 
