@@ -100,7 +100,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     samples = args.steps * args.mbs * args.nmb
     train = MaskedProteinDataset(records, tokenizer, length=samples)
     loader = {"num_workers": args.num_workers, "pin_memory": args.pin_memory}
-    data = datamodule(settings, dict(gpu().defaults), loader=loader, train=train)
+    data = datamodule(settings, gpu().defaults, loader=loader, train=train)
 
     class Timer(pl.Callback):
         def __init__(self) -> None:

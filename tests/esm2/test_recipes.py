@@ -85,3 +85,75 @@ def test_recipes_show_output_works_as_config_for_train_and_predict(tmp_path):
     text = " ".join(refused.output.replace("│", " ").split())
     assert "model setting num_layers=6 differs from the checkpoint's 4" in text
     assert not (tmp_path / "no").exists()
+
+
+def test_every_esm2_recipe_satisfies_the_recipe_protocol():
+    from dataclasses import replace
+
+    from bionemo.esm2 import recipes
+    from bionemo.recipes.registry import Recipe, RecipeDefaults
+
+    for name, target in RECIPE_TARGETS.items():
+        recipe = getattr(recipes, target.split(":")[1])()
+        assert isinstance(recipe, recipes.ESM2Recipe)
+        assert isinstance(recipe, Recipe)
+        assert isinstance(recipe.defaults, RecipeDefaults)
+        assert recipe.name == name
+        assert set(recipe.model) <= recipes.MODEL_KEYS
+    with pytest.raises(ValueError, match="unknown model settings \\['num_layer'\\]"):
+        recipes.ESM2Recipe(name="x", description="", defaults=replace(recipes.demo().defaults, model={"num_layer": 4}))
+
+
+def test_recipe_defaults_refuse_bad_values_naming_the_field():
+    from bionemo.recipes.registry import RecipeDefaults
+
+    valid = {"micro_batch_size": 1, "global_batch_size": 1, "max_steps": 1, "val_check_interval": 1, "lr": 1.0}
+    with pytest.raises(ValueError, match="RecipeDefaults.max_steps must be a positive number, got 0"):
+        RecipeDefaults(**{**valid, "max_steps": 0}, precision="32")  # pyright: ignore[reportArgumentType]
+    with pytest.raises(ValueError, match="RecipeDefaults.precision 'fp8' is not one of: 32, bf16-mixed, 16-mixed"):
+        RecipeDefaults(**valid, precision="fp8")  # pyright: ignore[reportArgumentType]
+
+
+def not_a_recipe() -> object:
+    """An entry point target whose function returns something that is not a Recipe."""
+    return {"name": "nope"}
+
+
+def needs_an_argument(size: int) -> object:
+    """An entry point target that is a function needing arguments."""
+    return size
+
+
+NOT_A_FUNCTION = 42
+"""An entry point target that is neither a Recipe nor a function."""
+
+
+@pytest.mark.parametrize(
+    ("attribute", "message"),
+    [
+        ("not_a_recipe", "gave dict, not a Recipe"),
+        ("needs_an_argument", "needs arguments; it must be a Recipe or a function of no arguments returning one"),
+        ("NOT_A_FUNCTION", "is int, not a Recipe or a function of no arguments returning one"),
+    ],
+)
+def test_an_entry_point_that_gives_no_recipe_is_refused(monkeypatch, attribute, message):
+    import bionemo.recipes.registry as registry
+
+    target = f"{__name__}:{attribute}"
+    monkeypatch.setitem(registry._FALLBACK, "broken", target)
+    with pytest.raises(TypeError, match=message) as refused:
+        registry.load_recipe("broken")
+    assert target in str(refused.value)
+    monkeypatch.setitem(registry._FALLBACK, "works", "bionemo.esm2.recipes:demo")
+    assert registry.load_recipe("works").name == "esm2-demo"
+
+
+def test_typed_model_settings_have_esm2configs_field_types():
+    import typing
+
+    from bionemo.esm2.model import ESM2Config
+    from bionemo.esm2.recipes import ESM2ModelSettings
+
+    fields = typing.get_type_hints(ESM2Config)
+    for key, declared in typing.get_type_hints(ESM2ModelSettings).items():
+        assert declared == fields[key] or declared in typing.get_args(fields[key]), key

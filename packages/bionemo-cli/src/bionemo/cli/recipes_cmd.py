@@ -40,5 +40,5 @@ def show_recipe(name: Annotated[str, typer.Argument(help="Recipe name.")]) -> No
         recipe = load_recipe(name)
     except KeyError as error:
         raise typer.BadParameter(str(error.args[0]), param_hint="'NAME'") from None
-    settings = RunSettings.model_validate({"recipe": name, **recipe.defaults}).model_dump(mode="json")
+    settings = RunSettings.model_validate({"recipe": name, **recipe.defaults.as_settings()}).model_dump(mode="json")
     typer.echo(json.dumps(settings, indent=2))

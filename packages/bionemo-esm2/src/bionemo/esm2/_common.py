@@ -1,16 +1,17 @@
 """What ``train`` and ``predict`` share: the model config, the datamodule and checkpoint checks."""
 
 import functools
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bionemo.esm2.recipes import value
+from bionemo.recipes.registry import RecipeDefaults
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
 __all__ = ["checked_checkpoint", "checked_checkpoint_header", "datamodule", "model_config"]
 
 
-def model_config(model: dict[str, Any], settings: RunSettings, *, training: bool = True):
+def model_config(model: Mapping[str, Any], settings: RunSettings, *, training: bool = True):
     """The ``ESM2Config`` of ``model`` settings under this run's parallel layout and precision.
 
     Training: parameters are bf16 under MegatronStrategy with bf16 precision; Lightning's strategies keep fp32
@@ -39,7 +40,7 @@ def model_config(model: dict[str, Any], settings: RunSettings, *, training: bool
 
 def datamodule(
     settings: RunSettings,
-    defaults: dict[str, Any],
+    defaults: RecipeDefaults,
     predicting: bool = False,
     *,
     loader: dict[str, Any] | None = None,
@@ -50,16 +51,16 @@ def datamodule(
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.lightning import MegatronDataModule
 
-    micro = value(settings, defaults, "micro_batch_size")
+    micro = defaults.value(settings, "micro_batch_size")
     global_batch = settings.global_batch_size or (
         micro * settings.data_parallel_size()
         if predicting
-        else max(defaults["global_batch_size"], micro * settings.data_parallel_size())
+        else max(defaults.global_batch_size, micro * settings.data_parallel_size())
     )
     return MegatronDataModule(
         micro_batch_size=micro,
         global_batch_size=global_batch,
-        seq_length=defaults["model"]["seq_length"],
+        seq_length=defaults.model["seq_length"],
         collate_fn=functools.partial(collate_proteins, pad_id=ProteinTokenizer().pad_id),
         **(loader or {}),
         **datasets,

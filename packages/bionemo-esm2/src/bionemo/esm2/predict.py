@@ -8,12 +8,13 @@ from typing import Any
 
 from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, model_config
 from bionemo.esm2._measured import finite, shown
+from bionemo.recipes.registry import RecipeDefaults
 from bionemo.recipes.settings import Include, Precision, RunSettings, SettingsError
 
 __all__ = ["predict"]
 
 
-def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> list[tuple[str, str]]:
+def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> list[tuple[str, str]]:
     """Predict ``--data`` (default: the bundled demo sequences) with ``--checkpoint`` (default: bundled weights).
 
     Writes ``predictions.safetensors`` (rows in input order, sequence ids in the metadata): ``embeddings``
@@ -38,7 +39,7 @@ def predict(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> 
                 "--config",
             )
     if "recipe" in settings.model_fields_set:
-        check_same_shape(header.model, defaults["model"], recipe, header.path)
+        check_same_shape(header.model, defaults.model, recipe, header.path)
     if settings.precision is None and accelerator(settings) == "gpu":
         settings = settings.model_copy(update={"precision": Precision.BF16})  # GPUs predict in bf16 by default
     data = settings.data or BUNDLED_SEQUENCES
@@ -124,7 +125,7 @@ def absolute_layers(layers: list[int], num_layers: int) -> list[int]:
 
 def _predict(
     settings: RunSettings,
-    defaults: dict[str, Any],
+    defaults: RecipeDefaults,
     recipe: str,
     checkpoint: Any,
     records: list,
@@ -161,7 +162,7 @@ def _predict(
 
 def _run_prediction(
     settings: RunSettings,
-    defaults: dict[str, Any],
+    defaults: RecipeDefaults,
     checkpoint: Any,
     records: list,
     todo: Sequence[int],
@@ -222,14 +223,13 @@ def _load_weights(model: Any, tensors: dict[str, Any], dtype: Any) -> Any:
     return model.to(dtype)
 
 
-def _plan(settings: RunSettings, defaults: dict[str, Any], records: list, todo: Sequence[int]) -> list[list[int]]:
+def _plan(settings: RunSettings, defaults: RecipeDefaults, records: list, todo: Sequence[int]) -> list[list[int]]:
     """Length-sorted batches of the positions ``todo``: by ``--tokens-per-batch`` and/or the micro-batch size."""
     from bionemo.esm2.data import length_sorted_batches
-    from bionemo.esm2.recipes import value
 
     lengths = [len(records[i].sequence) + 2 for i in todo]
     batch_size = (
-        settings.micro_batch_size if settings.tokens_per_batch else value(settings, defaults, "micro_batch_size")
+        settings.micro_batch_size if settings.tokens_per_batch else defaults.value(settings, "micro_batch_size")
     )
     batches = length_sorted_batches(lengths, tokens_per_batch=settings.tokens_per_batch, batch_size=batch_size)
     return [[todo[k] for k in batch] for batch in batches]

@@ -4,19 +4,24 @@ Every recipe trains the same architecture (``bionemo.esm2.model``) with ESM-2's 
 shape and run defaults. Heavy imports happen inside ``train`` / ``predict``.
 """
 
-import functools
+from dataclasses import dataclass
 from importlib.resources import files
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 from bionemo.esm2.catalog import DEMO_SHAPE, ESM2_SHAPES, GPU_SHAPE, ModelShape
 from bionemo.recipes.choices import Precision
-from bionemo.recipes.registry import Recipe
-from bionemo.recipes.settings import RunSettings
+from bionemo.recipes.registry import RecipeDefaults
+
+if TYPE_CHECKING:
+    from bionemo.recipes.settings import RunSettings
 
 __all__ = [
     "BUNDLED_CHECKPOINT",
     "BUNDLED_SEQUENCES",
+    "ESM2ModelSettings",
+    "ESM2Recipe",
+    "MODEL_KEYS",
     "demo",
     "esm2_3b",
     "esm2_8m",
@@ -33,86 +38,177 @@ BUNDLED_CHECKPOINT = Path(str(_RESOURCES / "esm2_demo.safetensors"))
 BUNDLED_SEQUENCES = Path(str(_RESOURCES / "demo_sequences.fasta"))
 """Held-out members of the synthetic demo families, predicted by ``bionemo run predict`` by default."""
 
-GPU_FUSIONS = {"bias_dropout_fusion": True}
+
+class ESM2ModelSettings(TypedDict, total=False):
+    """A recipe's ``model:`` settings: the ``ESM2Config`` fields known valid without importing it (megatron-core).
+
+    ``--config`` may also set any other ``ESM2Config`` (megatron ``TransformerConfig``) field; those are checked
+    against ``ESM2Config`` itself when a run starts.
+    """
+
+    vocab_size: int
+    seq_length: int
+    num_layers: int
+    hidden_size: int
+    num_attention_heads: int
+    ffn_hidden_size: int
+    layernorm_epsilon: float
+    hidden_dropout: float
+    attention_dropout: float
+    token_dropout: bool
+    mask_token_id: int
+    rotary_base: float
+    compile_rope: bool
+    masked_softmax_fusion: bool
+    bias_activation_fusion: bool
+    bias_dropout_fusion: bool
+    gradient_accumulation_fusion: bool
+    apply_rope_fusion: bool
+    use_cpu_initialization: bool
+
+
+MODEL_KEYS: frozenset[str] = ESM2ModelSettings.__required_keys__ | ESM2ModelSettings.__optional_keys__
+"""The names of :class:`ESM2ModelSettings`."""
+
+
+def _model(shape: ModelShape, **extra: Unpack[ESM2ModelSettings]) -> ESM2ModelSettings:
+    """``shape``'s model settings (``ModelShape.model_settings``), then ``extra``."""
+    model = ESM2ModelSettings(
+        num_layers=shape.num_layers,
+        hidden_size=shape.hidden_size,
+        num_attention_heads=shape.num_attention_heads,
+        ffn_hidden_size=shape.ffn_hidden_size,
+        seq_length=shape.seq_length,
+    )
+    model.update(extra)
+    return model
+
+
+GPU_FUSIONS = ESM2ModelSettings(bias_dropout_fusion=True)
 """Exact speed-ups for GPUs: megatron's fused bias + dropout + add (RoPE is fused on GPUs without a setting).
 Megatron's fused bias-GELU is not used: it is the tanh approximation, not ESM-2's GELU."""
 
-GPU_MODEL = {**GPU_SHAPE.model_settings(), **GPU_FUSIONS}
+GPU_MODEL = _model(GPU_SHAPE, **GPU_FUSIONS)
 """``esm2-gpu``'s model settings (kept by name for ``tools/bench_recipe_throughput.py``)."""
 
 
-def _recipe(name: str, description: str, model: dict[str, Any], **run: Any) -> Recipe:
-    from bionemo.esm2 import predict as predict_module
-    from bionemo.esm2 import train as train_module
+@dataclass(frozen=True, kw_only=True, slots=True)
+class ESM2Recipe:
+    """An ESM-2 recipe (a :class:`bionemo.recipes.Recipe`): its name, description and defaults."""
 
-    defaults = {"model": model, **run}
-    return Recipe(
-        name=name,
-        description=description,
-        defaults=defaults,
-        train=functools.partial(train_module.train, defaults=defaults, recipe=name),
-        predict=functools.partial(predict_module.predict, defaults=defaults, recipe=name),
-    )
+    name: str
+    """The name users pass to ``--recipe``."""
+    description: str
+    """One line for ``bionemo recipes list``."""
+    defaults: RecipeDefaults
+    """Run defaults; ``defaults.model`` holds :class:`ESM2ModelSettings`."""
+
+    def __post_init__(self) -> None:
+        unknown = sorted(set(self.defaults.model) - MODEL_KEYS)
+        if unknown:
+            raise ValueError(f"recipe {self.name}: unknown model settings {unknown}; valid: {sorted(MODEL_KEYS)}")
+
+    @property
+    def model(self) -> ESM2ModelSettings:
+        """The recipe's model settings (``defaults.model``), typed."""
+        return cast(ESM2ModelSettings, self.defaults.model)
+
+    def train(self, settings: "RunSettings") -> list[tuple[str, str]]:
+        """``bionemo run train``: see :func:`bionemo.esm2.train.train`."""
+        from bionemo.esm2.train import train
+
+        return train(settings, defaults=self.defaults, recipe=self.name)
+
+    def predict(self, settings: "RunSettings") -> list[tuple[str, str]]:
+        """``bionemo run predict``: see :func:`bionemo.esm2.predict.predict`."""
+        from bionemo.esm2.predict import predict
+
+        return predict(settings, defaults=self.defaults, recipe=self.name)
 
 
-def demo() -> Recipe:
+def demo() -> ESM2Recipe:
     """The CPU demo: ESM-2's architecture at 4 layers x 64 (head dim 16), trained on synthetic families."""
-    return _recipe(
-        "esm2-demo",
-        f"ESM-2 architecture, 4 x 64, {DEMO_SHAPE.parameters() / 1e3:.0f}K parameters; CPU demo with bundled weights "
-        "trained on synthetic families",
-        DEMO_SHAPE.model_settings(),
-        micro_batch_size=16,
-        global_batch_size=16,
-        max_steps=1000,
-        val_check_interval=250,
-        lr=1e-3,
-        precision=Precision.FP32.value,
+    return ESM2Recipe(
+        name="esm2-demo",
+        description=f"ESM-2 architecture, 4 x 64, {DEMO_SHAPE.parameters() / 1e3:.0f}K parameters; CPU demo with "
+        "bundled weights trained on synthetic families",
+        defaults=RecipeDefaults(
+            micro_batch_size=16,
+            global_batch_size=16,
+            max_steps=1000,
+            val_check_interval=250,
+            lr=1e-3,
+            precision=Precision.FP32,
+            model=_model(DEMO_SHAPE),
+        ),
     )
 
 
-def gpu() -> Recipe:
+def gpu() -> ESM2Recipe:
     """12 layers x 1024 (151M parameters): a GPU-friendly shape (head dim 64) of the ESM-2 architecture."""
-    return _recipe(
-        "esm2-gpu",
-        f"ESM-2 architecture, 12 x 1024, {GPU_SHAPE.parameters() / 1e6:.0f}M parameters; {GPU_SHAPE.devices}, bf16",
-        GPU_MODEL,
-        micro_batch_size=32,
-        global_batch_size=256,
-        max_steps=20000,
-        val_check_interval=1000,
-        lr=4e-4,
-        precision=Precision.BF16.value,
+    return ESM2Recipe(
+        name="esm2-gpu",
+        description=f"ESM-2 architecture, 12 x 1024, {GPU_SHAPE.parameters() / 1e6:.0f}M parameters; "
+        f"{GPU_SHAPE.devices}, bf16",
+        defaults=RecipeDefaults(
+            micro_batch_size=32,
+            global_batch_size=256,
+            max_steps=20000,
+            val_check_interval=1000,
+            lr=4e-4,
+            precision=Precision.BF16,
+            model=GPU_MODEL,
+        ),
     )
 
 
-def _family(name: str, shape: ModelShape) -> Recipe:
+def _family(name: str) -> ESM2Recipe:
+    """The published ESM-2 size ``name`` (``ESM2_SHAPES``)."""
+    shape = ESM2_SHAPES[name]
     size = shape.parameters()
     label = f"{size / 1e9:.1f}B" if size >= 1e9 else f"{size / 1e6:.0f}M"
     small = shape.hidden_size <= 480
-    return _recipe(
-        name,
-        f"ESM-2 {label} ({shape.num_layers} x {shape.hidden_size}, {shape.num_attention_heads} heads); "
+    return ESM2Recipe(
+        name=name,
+        description=f"ESM-2 {label} ({shape.num_layers} x {shape.hidden_size}, {shape.num_attention_heads} heads); "
         f"train on {shape.devices}; bf16",
-        {**shape.model_settings(), **({} if small else GPU_FUSIONS)},
-        micro_batch_size=16 if shape.hidden_size <= 1280 else 4,
-        global_batch_size=256,
-        max_steps=500_000,
-        val_check_interval=1000,
-        lr=4e-4,
-        precision=Precision.BF16.value,
+        defaults=RecipeDefaults(
+            micro_batch_size=16 if shape.hidden_size <= 1280 else 4,
+            global_batch_size=256,
+            max_steps=500_000,
+            val_check_interval=1000,
+            lr=4e-4,
+            precision=Precision.BF16,
+            model=_model(shape) if small else _model(shape, **GPU_FUSIONS),
+        ),
     )
 
 
-esm2_8m = functools.partial(_family, "esm2-8m", ESM2_SHAPES["esm2-8m"])
-esm2_35m = functools.partial(_family, "esm2-35m", ESM2_SHAPES["esm2-35m"])
-esm2_150m = functools.partial(_family, "esm2-150m", ESM2_SHAPES["esm2-150m"])
-esm2_650m = functools.partial(_family, "esm2-650m", ESM2_SHAPES["esm2-650m"])
-esm2_3b = functools.partial(_family, "esm2-3b", ESM2_SHAPES["esm2-3b"])
-esm2_15b = functools.partial(_family, "esm2-15b", ESM2_SHAPES["esm2-15b"])
+def esm2_8m() -> ESM2Recipe:
+    """ESM-2 8M (6 x 320)."""
+    return _family("esm2-8m")
 
 
-def value(settings: RunSettings, defaults: dict[str, Any], name: str) -> Any:
-    """The run setting ``name``: given on the command line / in ``--config``, else the recipe's default."""
-    given = getattr(settings, name)
-    return defaults.get(name) if given is None else given
+def esm2_35m() -> ESM2Recipe:
+    """ESM-2 35M (12 x 480)."""
+    return _family("esm2-35m")
+
+
+def esm2_150m() -> ESM2Recipe:
+    """ESM-2 150M (30 x 640)."""
+    return _family("esm2-150m")
+
+
+def esm2_650m() -> ESM2Recipe:
+    """ESM-2 650M (33 x 1280)."""
+    return _family("esm2-650m")
+
+
+def esm2_3b() -> ESM2Recipe:
+    """ESM-2 3B (36 x 2560)."""
+    return _family("esm2-3b")
+
+
+def esm2_15b() -> ESM2Recipe:
+    """ESM-2 15B (48 x 5120)."""
+    return _family("esm2-15b")

@@ -3,12 +3,15 @@
 import json
 import random
 import sys
+from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, datamodule, model_config
 from bionemo.esm2._measured import finite, shown
-from bionemo.esm2.recipes import value
+from bionemo.esm2.recipes import MODEL_KEYS
+from bionemo.recipes.registry import RecipeDefaults
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
 __all__ = ["check_same_shape", "train"]
@@ -16,25 +19,25 @@ __all__ = ["check_same_shape", "train"]
 _SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
 
 
-def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> list[tuple[str, str]]:
+def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> list[tuple[str, str]]:
     """Train on ``--data`` (default: freshly generated demo families) and export ``model.safetensors``.
 
     With ``--checkpoint`` training starts from those weights (continued pretraining / fine-tuning); the
-    checkpoint's shape must be the recipe's.
+    checkpoint's shape must be the recipe's. ``defaults`` are the recipe's (``recipe`` its name).
     """
     from bionemo.esm2.demo_data import demo_families, write_fasta
     from bionemo.esm2.readers import InputError, read_sequences
     from bionemo.recipes.trainers import check_hardware, check_output_dir, is_launching_rank
 
     # every check that needs no tensor comes first and imports nothing heavy: bad input is refused at once
-    model = _checked_model({**defaults["model"], **(settings.model or {})})
+    model = _checked_model({**defaults.model, **(settings.model or {})})
     header = None
     if settings.checkpoint is not None:
         header = checked_checkpoint_header(settings.checkpoint)
         check_same_shape(header.model, model, recipe, settings.checkpoint)
         # the checkpoint's own settings (token dropout, epsilon, length) win over the recipe's
         model = {**model, **{k: v for k, v in header.model.items() if k != "vocab_size"}}
-    defaults = {**defaults, "model": model}
+    defaults = replace(defaults, model=model)
     out = settings.output_dir or Path("bionemo_runs") / recipe
     check_hardware(settings)
     max_residues = model["seq_length"] - 2
@@ -61,7 +64,7 @@ def train(settings: RunSettings, *, defaults: dict[str, Any], recipe: str) -> li
 
 
 def _fit(
-    settings: RunSettings, defaults: dict[str, Any], recipe: str, records: list, out: Path, start: Any
+    settings: RunSettings, defaults: RecipeDefaults, recipe: str, records: list, out: Path, start: Any
 ) -> list[tuple[str, str]]:
     """Train (resuming from the newest checkpoint with ``--resume``), export the weights, return summary rows."""
     import lightning.pytorch as pl
@@ -77,7 +80,7 @@ def _fit(
     val, train_records = shuffled[:n_val], shuffled[n_val:]
     megatron = uses_megatron(settings)
     module = _module(settings, defaults, megatron, start)
-    max_steps = value(settings, defaults, "max_steps")
+    max_steps = defaults.value(settings, "max_steps")
     data = _data(settings, defaults, train_records, val, max_steps, megatron)
     checkpoints = out / "checkpoints"
     resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
@@ -86,7 +89,7 @@ def _fit(
         out,
         checkpoints,
         max_steps,
-        min(value(settings, defaults, "val_check_interval"), max_steps),
+        min(defaults.value(settings, "val_check_interval"), max_steps),
         resume_from,
     )
     baseline_file = out / "untrained_baseline.json"
@@ -105,7 +108,7 @@ def _fit(
     return _export(settings, defaults, recipe, trainer, tensors, out, start, baseline_file, sizes)
 
 
-def _module(settings: RunSettings, defaults: dict[str, Any], megatron: bool, start: Any) -> Any:
+def _module(settings: RunSettings, defaults: RecipeDefaults, megatron: bool, start: Any) -> Any:
     """The Lightning module: the recipe's model (from ``start``'s weights if given) and Adam."""
     import functools
 
@@ -118,14 +121,14 @@ def _module(settings: RunSettings, defaults: dict[str, Any], megatron: bool, sta
 
     optimizer = OptimizerConfig(
         optimizer="adam",
-        lr=value(settings, defaults, "lr"),
+        lr=defaults.value(settings, "lr"),
         weight_decay=0.01,
         use_distributed_optimizer=megatron,
         bf16=megatron and settings.precision == Precision.BF16,
         clip_grad=1.0,
     )
     return BionemoLightningModule(
-        model_config(defaults["model"], settings),
+        model_config(defaults.model, settings),
         forward_step=forward_step,
         data_step=data_step,
         optimizer=MegatronOptimizerModule(config=optimizer),
@@ -134,16 +137,16 @@ def _module(settings: RunSettings, defaults: dict[str, Any], megatron: bool, sta
 
 
 def _data(
-    settings: RunSettings, defaults: dict[str, Any], train: list, val: list, max_steps: int, megatron: bool
+    settings: RunSettings, defaults: RecipeDefaults, train: list, val: list, max_steps: int, megatron: bool
 ) -> Any:
     """Masked training and validation sets; one pass over the training view is the whole run."""
     from bionemo.esm2.data import MaskedProteinDataset
     from bionemo.esm2.tokenizer import ProteinTokenizer
 
     tokenizer = ProteinTokenizer()
-    samples_per_step = value(settings, defaults, "micro_batch_size") * settings.data_parallel_size()
+    samples_per_step = defaults.value(settings, "micro_batch_size") * settings.data_parallel_size()
     if megatron:
-        samples_per_step = max(samples_per_step, settings.global_batch_size or defaults["global_batch_size"])
+        samples_per_step = max(samples_per_step, defaults.value(settings, "global_batch_size"))
     return datamodule(
         settings,
         defaults,
@@ -187,7 +190,7 @@ def _trainer(
 
 def _export(
     settings: RunSettings,
-    defaults: dict[str, Any],
+    defaults: RecipeDefaults,
     recipe: str,
     trainer: Any,
     tensors: dict[str, Any],
@@ -216,7 +219,7 @@ def _export(
         weights,
         {
             "recipe": recipe,
-            "model": {**defaults["model"], "vocab_size": vocab_size},
+            "model": {**defaults.model, "vocab_size": vocab_size},
             "vocab_size": vocab_size,
             "steps": trainer.global_step,
             "val_ppl": val_ppl,
@@ -252,7 +255,7 @@ def _earlier(weights: Path) -> dict[str, Any]:
         return {}
 
 
-def check_same_shape(found: dict[str, Any], wanted: dict[str, Any], recipe: str, checkpoint: Path) -> None:
+def check_same_shape(found: Mapping[str, Any], wanted: Mapping[str, Any], recipe: str, checkpoint: Path) -> None:
     """Refuse a checkpoint of another shape than the recipe's (``train --checkpoint``, ``predict --recipe``)."""
     differ = [key for key in _SHAPE_KEYS if found.get(key) != wanted.get(key)]
     if not differ:
@@ -271,13 +274,9 @@ def check_same_shape(found: dict[str, Any], wanted: dict[str, Any], recipe: str,
     )
 
 
-_MODEL_KEYS = frozenset({
-    "vocab_size", "seq_length", "num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size",
-    "layernorm_epsilon", "hidden_dropout", "attention_dropout", "token_dropout", "mask_token_id", "rotary_base",
-    "compile_rope", "masked_softmax_fusion", "bias_activation_fusion", "bias_dropout_fusion",
-    "gradient_accumulation_fusion", "apply_rope_fusion", "use_cpu_initialization",
-})  # fmt: skip
-"""``ESM2Config``'s own fields: model settings known valid without importing it (and megatron-core with it)."""
+_MODEL_KEYS = MODEL_KEYS
+"""``ESM2Config``'s own fields (:class:`~bionemo.esm2.recipes.ESM2ModelSettings`): model settings known valid
+without importing it (and megatron-core with it)."""
 
 
 def _checked_model(model: dict[str, Any]) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The recipe contract (``Recipe``, the ``bionemo.recipes`` entry points) and the choices of a run.
+"""The recipe contract (``Recipe``, ``RecipeDefaults``, the ``bionemo.recipes`` entry points) and the choices of a run.
 
 Cheap to import: settings (pydantic), trainers (Lightning, NeMo) and the rest are imported from their modules.
 """
@@ -14,6 +14,7 @@ from bionemo.recipes.choices import (
 from bionemo.recipes.registry import (
     ENTRY_POINT_GROUP,
     Recipe,
+    RecipeDefaults,
     available_recipes,
     load_recipe,
     register_fallback_recipes,
@@ -25,6 +26,7 @@ __all__ = [
     "Include",
     "Precision",
     "Recipe",
+    "RecipeDefaults",
     "SettingsError",
     "StrategyChoice",
     "WriteIntervalChoice",

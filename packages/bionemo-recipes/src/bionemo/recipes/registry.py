@@ -5,15 +5,29 @@ Another installed package adds recipes by declaring, in its ``pyproject.toml``::
     [project.entry-points."bionemo.recipes"]
     my-model = "my_package.recipes:my_model"
 
-where ``my_model`` is a :class:`Recipe` (or a function returning one).
+where ``my_model`` is a :class:`Recipe` (or a function of no arguments returning one).
 """
 
-from collections.abc import Callable, Mapping
+import inspect
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
-from typing import Any
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_checkable
 
-__all__ = ["ENTRY_POINT_GROUP", "Recipe", "available_recipes", "load_recipe", "register_fallback_recipes"]
+from bionemo.recipes.choices import Precision
+
+if TYPE_CHECKING:  # pydantic: not imported by the registry itself
+    from bionemo.recipes.settings import RunSettings
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "Recipe",
+    "RecipeDefaults",
+    "available_recipes",
+    "load_recipe",
+    "register_fallback_recipes",
+]
 
 ENTRY_POINT_GROUP = "bionemo.recipes"
 
@@ -30,24 +44,103 @@ def register_fallback_recipes(targets: Mapping[str, str]) -> None:
     _FALLBACK.update(targets)
 
 
-@dataclass(frozen=True, kw_only=True)
-class Recipe:
-    """What the CLI needs to train and predict one model family.
+_POSITIVE = ("micro_batch_size", "global_batch_size", "max_steps", "val_check_interval", "lr")
 
-    Attributes:
-        name: The name users pass to ``--recipe``.
-        description: One line for ``bionemo recipes list``.
-        defaults: Default values of the run settings (see ``RunSettings``) and of the model hyper-parameters
-            (under ``model``).
-        train: ``train(settings) -> summary rows``: runs training.
-        predict: ``predict(settings) -> summary rows``: runs prediction.
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class RecipeDefaults:
+    """A recipe's default run settings (each one a ``RunSettings`` field) and its model settings.
+
+    A setting given on the command line or in ``--config`` wins over these (:meth:`value`).
     """
 
-    name: str
-    description: str
-    defaults: Mapping[str, Any] = field(default_factory=dict)
-    train: Callable[..., Any]
-    predict: Callable[..., Any]
+    micro_batch_size: int
+    """Sequences per batch per device."""
+    global_batch_size: int
+    """Sequences per optimizer step, all devices."""
+    max_steps: int
+    """Optimizer steps of a training run."""
+    val_check_interval: int
+    """Training steps between validations (and periodic checkpoints)."""
+    lr: float
+    """Learning rate."""
+    precision: Precision
+    """Numeric precision the recipe is meant for: ``bionemo recipes show`` writes it (a run without ``--precision``
+    or a ``--config`` that sets it runs at 32 bits; prediction on GPUs at bf16)."""
+    model: Mapping[str, Any] = field(default_factory=dict)
+    """Model hyper-parameters, by name; what they may be is the model's business (e.g. ``ESM2ModelSettings``).
+    Stored read-only."""
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE:
+            given = getattr(self, name)
+            if isinstance(given, bool) or not isinstance(given, int | float) or given <= 0:
+                raise ValueError(f"RecipeDefaults.{name} must be a positive number, got {given!r}")
+        if not isinstance(self.precision, Precision):
+            try:
+                object.__setattr__(self, "precision", Precision(self.precision))
+            except ValueError:
+                valid = ", ".join(p.value for p in Precision)
+                raise ValueError(f"RecipeDefaults.precision {self.precision!r} is not one of: {valid}") from None
+        object.__setattr__(self, "model", MappingProxyType(dict(self.model)))
+
+    @overload
+    def value(self, settings: "RunSettings", name: Literal["lr"]) -> float: ...
+    @overload
+    def value(self, settings: "RunSettings", name: Literal["precision"]) -> Precision: ...
+    @overload
+    def value(
+        self,
+        settings: "RunSettings",
+        name: Literal["micro_batch_size", "global_batch_size", "max_steps", "val_check_interval"],
+    ) -> int: ...
+    def value(self, settings: "RunSettings", name: str) -> Any:
+        """The run setting ``name``: given on the command line / in ``--config``, else this default."""
+        given = getattr(settings, name)
+        return getattr(self, name) if given is None else given
+
+    def as_settings(self) -> dict[str, Any]:
+        """These defaults as ``RunSettings`` input (a ``--config`` file's content): plain values, ``model`` a dict."""
+        return {
+            "micro_batch_size": self.micro_batch_size,
+            "global_batch_size": self.global_batch_size,
+            "max_steps": self.max_steps,
+            "val_check_interval": self.val_check_interval,
+            "lr": self.lr,
+            "precision": self.precision.value,
+            "model": dict(self.model),
+        }
+
+
+@runtime_checkable
+class Recipe(Protocol):
+    """What the CLI needs to train and predict one model family.
+
+    ``isinstance(obj, Recipe)`` checks that the members exist, not their types.
+    """
+
+    @property
+    def name(self) -> str:
+        """The name users pass to ``--recipe``."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """One line for ``bionemo recipes list``."""
+        ...
+
+    @property
+    def defaults(self) -> RecipeDefaults:
+        """Default values of the run settings and the model hyper-parameters."""
+        ...
+
+    def train(self, settings: "RunSettings") -> list[tuple[str, str]]:
+        """Run training; the summary rows (empty on ranks other than the first)."""
+        ...
+
+    def predict(self, settings: "RunSettings") -> list[tuple[str, str]]:
+        """Run prediction; the summary rows (empty on ranks other than the first)."""
+        ...
 
 
 def available_recipes() -> dict[str, str]:
@@ -60,12 +153,29 @@ def load_recipe(name: str) -> Recipe:
 
     Raises:
         KeyError: No installed recipe has that name (the message lists the valid ones).
+        TypeError: The entry point is neither a :class:`Recipe` nor a function of no arguments returning one.
     """
     target = available_recipes().get(name)
     if target is None:
         raise KeyError(f"unknown recipe {name!r}; installed recipes: {sorted(available_recipes())}")
     loaded = EntryPoint(name=name, value=target, group=ENTRY_POINT_GROUP).load()
-    recipe = loaded() if callable(loaded) and not isinstance(loaded, Recipe) else loaded
-    if not isinstance(recipe, Recipe):
+    if isinstance(loaded, Recipe) and not isinstance(loaded, type):  # a class has its fields as attributes
+        return loaded
+    if not callable(loaded):
+        raise TypeError(
+            f"entry point {target!r} of recipe {name!r} is {type(loaded).__name__}, "
+            "not a Recipe or a function of no arguments returning one"
+        )
+    try:
+        inspect.signature(loaded).bind()
+    except TypeError:
+        raise TypeError(
+            f"entry point {target!r} of recipe {name!r} needs arguments; "
+            "it must be a Recipe or a function of no arguments returning one"
+        ) from None
+    except ValueError:  # no signature to inspect (some builtins): calling it tells
+        pass
+    recipe = loaded()
+    if not isinstance(recipe, Recipe) or isinstance(recipe, type):
         raise TypeError(f"entry point {target!r} of recipe {name!r} gave {type(recipe).__name__}, not a Recipe")
     return recipe
