@@ -23,6 +23,9 @@ LAYOUTS = [
     pytest.param(
         ["--devices", "2", "--tensor-parallel", "2", "--strategy", "megatron"], id="tp2", marks=pytest.mark.multi_gpu
     ),
+    pytest.param(
+        ["--devices", "2", "--pipeline-parallel", "2", "--strategy", "megatron"], id="pp2", marks=pytest.mark.multi_gpu
+    ),
 ]
 
 
