@@ -16,7 +16,8 @@ def model_config(model: Mapping[str, Any], settings: RunSettings, *, training: b
 
     Training: parameters are bf16 under MegatronStrategy with bf16 precision; Lightning's strategies keep fp32
     parameters and autocast. Prediction: parameters are in the precision's type (bf16, fp16) on every strategy
-    and are not randomly initialized (the checkpoint's weights replace them).
+    and are not randomly initialized (the checkpoint's weights replace them). Pipeline stages exchange
+    activations in the parameters' type.
     """
     import torch
 
@@ -25,6 +26,7 @@ def model_config(model: Mapping[str, Any], settings: RunSettings, *, training: b
 
     bf16 = settings.precision == Precision.BF16 and (uses_megatron(settings, training=training) or not training)
     fp16 = settings.precision == Precision.FP16 and not training
+    params_dtype = torch.bfloat16 if bf16 else torch.float16 if fp16 else torch.float32
     return ESM2Config(
         tensor_model_parallel_size=settings.tensor_parallel,
         pipeline_model_parallel_size=settings.pipeline_parallel,
@@ -32,7 +34,8 @@ def model_config(model: Mapping[str, Any], settings: RunSettings, *, training: b
         use_cpu_initialization=accelerator(settings) == "cpu",  # --accelerator cpu on a GPU machine: the CPU
         bf16=bf16,
         fp16=fp16,
-        params_dtype=torch.bfloat16 if bf16 else torch.float16 if fp16 else torch.float32,
+        params_dtype=params_dtype,
+        pipeline_dtype=params_dtype,  # what the stages send each other (megatron requires it for PP > 1)
         perform_initialization=training,
         **model,
     )
