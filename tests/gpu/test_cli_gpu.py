@@ -1,7 +1,7 @@
-"""`bionemo run train` / `run predict` with the built-in recipe on GPUs: 1 GPU, DP=2, TP=2 (MegatronStrategy).
+"""`bionemo run train` / `run predict` of the built-in recipe on GPUs: 1 GPU and DP, TP, PP, CP = 2 (MegatronStrategy).
 
 Each layout trains the demo recipe briefly, resumes that run from its checkpoint, then predicts the
-bundled sequences with its weights; the predictions of the three layouts come out in the same (input)
+bundled sequences with its weights; the predictions of the five layouts come out in the same (input)
 order, and the same weights predict the same values in every layout.
 """
 
@@ -25,6 +25,9 @@ LAYOUTS = [
     ),
     pytest.param(
         ["--devices", "2", "--pipeline-parallel", "2", "--strategy", "megatron"], id="pp2", marks=pytest.mark.multi_gpu
+    ),
+    pytest.param(
+        ["--devices", "2", "--context-parallel", "2", "--strategy", "megatron"], id="cp2", marks=pytest.mark.multi_gpu
     ),
 ]
 
@@ -74,8 +77,8 @@ def test_train_then_predict(tmp_path, logs, layout, request):
 
 @pytest.mark.multi_gpu
 def test_layouts_agree(logs):
-    """Runs after the three layouts (file order): the bundled weights predict alike in every layout."""
-    runs = {name: logs / f"cli_bundled_{name}.pt" for name in ("1gpu", "dp2", "tp2")}
+    """Runs after the five layouts (file order): the bundled weights predict alike in every layout."""
+    runs = {name: logs / f"cli_bundled_{name}.pt" for name in ("1gpu", "dp2", "tp2", "pp2", "cp2")}
     missing = sorted(name for name, path in runs.items() if not path.exists())
     assert not missing, f"layouts without predictions: {missing}"
     present = {name: torch.load(path, weights_only=True) for name, path in runs.items()}

@@ -52,8 +52,8 @@ def test_unsupported_inputs_are_refused(qkv):
     config = TransformerConfig(
         num_layers=1, hidden_size=16, num_attention_heads=4, context_parallel_size=2, use_cpu_initialization=True
     )
-    with pytest.raises(ValueError, match="context_parallel_size=2"):
-        SDPACoreAttention(config, layer_number=1, attn_mask_type=AttnMaskType.padding, attention_type="self")
+    with pytest.raises(ValueError, match="context_parallel_size=2 for bidirectional attention only"):
+        SDPACoreAttention(config, layer_number=1, attn_mask_type=AttnMaskType.causal, attention_type="self")
 
 
 def test_cuda_attention_dropout_draws_from_megatrons_model_parallel_rng_stream(monkeypatch):

@@ -17,6 +17,7 @@ __all__ = [
     "PredictionDataset",
     "collate_proteins",
     "data_step",
+    "training_data_step",
     "first_item",
     "length_sorted_batches",
     "mask_tokens",
@@ -211,3 +212,20 @@ def data_step(dataloader_iter: Iterator[dict[str, Any]]) -> dict[str, Any]:
     moved["padding"] = moved["attention_mask"] if padded else None
     moved["host_lengths"] = host_lengths
     return moved
+
+
+def training_data_step(dataloader_iter: Iterator[dict[str, Any]]) -> dict[str, Any]:
+    """:func:`data_step` for training and validation, with context parallelism's split of the targets.
+
+    Under context parallelism ``labels`` and ``loss_mask`` become this rank's chunk of the sequence (megatron's
+    convention: a rank's loss covers its own positions; the model still takes every token, see
+    :class:`bionemo.esm2.model.ESM2Model`).
+    """
+    from bionemo.lightning.context_parallel import context_parallel_group, local_chunk
+
+    batch = data_step(dataloader_iter)
+    group = context_parallel_group()
+    if group is not None:
+        batch["labels"] = local_chunk(batch["labels"], 1, group, fill=-100)
+        batch["loss_mask"] = local_chunk(batch["loss_mask"], 1, group, fill=0)
+    return batch

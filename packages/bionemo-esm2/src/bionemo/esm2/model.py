@@ -39,6 +39,12 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 from bionemo.core import BionemoTrainableModelConfig  # noqa: E402
 from bionemo.esm2.hf import padded_vocab_size  # noqa: E402
 from bionemo.lightning import UnpaddedSequences, sdpa_layer_spec  # noqa: E402
+from bionemo.lightning.context_parallel import (  # noqa: E402
+    chunk_length,
+    context_parallel_group,
+    gather_sequence,
+    local_chunk,
+)
 from bionemo.losses import MaskedTokenLossReduction  # noqa: E402
 
 __all__ = ["MASK_RATIO_TRAIN", "ESM2Config", "ESM2Model", "padded_vocab_size", "vocab_logits"]
@@ -199,7 +205,7 @@ class ESM2LMHead(MegatronModule):
 
 
 class ESM2Model(LanguageModule):
-    """ESM-2 masked language model on megatron-core (tensor and pipeline parallel).
+    """ESM-2 masked language model on megatron-core (tensor, pipeline and context parallel).
 
     ``forward(input_ids [b, s], attention_mask [b, s] | None)`` returns logits ``[s, b, v_local]``: sequence
     first, the vocabulary split over tensor-parallel ranks and padded (see :func:`vocab_logits`). With
@@ -217,8 +223,8 @@ class ESM2Model(LanguageModule):
         transformer_layer_spec: ModuleSpec | None = None,
     ) -> None:
         super().__init__(config=config)
-        if config.sequence_parallel or config.context_parallel_size > 1:
-            raise ValueError("ESM2Model supports tensor and pipeline parallelism; sequence/context parallel: not yet")
+        if config.sequence_parallel:
+            raise ValueError("ESM2Model supports tensor, pipeline and context parallelism; sequence parallel: not yet")
         self.config: ESM2Config = config
         self.pre_process = pre_process
         self.post_process = post_process
@@ -268,6 +274,7 @@ class ESM2Model(LanguageModule):
         hidden_layers: Sequence[int] = (),
         unpadded: UnpaddedSequences | None = None,
         output_logits: bool = True,
+        gather_context: bool = True,
     ) -> Any:
         """See the class docstring; ``attention_mask`` is True on real tokens (None: no padding).
 
@@ -276,18 +283,20 @@ class ESM2Model(LanguageModule):
         pipeline parallelism). ``unpadded``: ``input_ids [1, T]`` holds the sequences concatenated (no
         ``attention_mask``; ``positions`` and ``sequence_ids`` set) and every output is ``[T, 1, ...]``.
         ``output_logits=False`` skips the LM head (the logits output is None).
+
+        Context parallelism (``context_parallel_size > 1``, padded batches): every rank embeds the whole batch and
+        runs the layers on its chunk of the sequence (:mod:`bionemo.lightning.context_parallel`). Outputs are
+        gathered to the whole sequence, or with ``gather_context=False`` are this rank's chunk
+        (``[ceil(s / cp), b, ...]``, zero-padded past the end): training takes the loss of each rank's chunk.
         """
+        group = self._context_group(unpadded)
         captured: dict[int, torch.Tensor] = {}
         handles = [self._capture(k, captured) for k in hidden_layers if k != self.config.num_layers]
         try:
             hidden = self.embedding(input_ids, attention_mask, unpadded) if self.pre_process else None
-            padding_mask = None if attention_mask is None else ~attention_mask.bool()[:, None, None, :]
-            if unpadded is None:
-                rotary = self.rotary_pos_emb(input_ids.shape[1], input_ids.device)
-            else:
-                if attention_mask is not None or unpadded.positions is None:
-                    raise ValueError("unpadded sequences take no attention_mask and need their token positions")
-                rotary = self.rotary_pos_emb(unpadded.longest, input_ids.device)[:, 0][unpadded.positions]  # [T,1,d]
+            padding_mask, rotary = self._mask_and_rotary(input_ids, attention_mask, unpadded, group)
+            if group is not None and hidden is not None:
+                hidden = local_chunk(hidden, 0, group)
             hidden = self.decoder(
                 hidden_states=hidden, attention_mask=padding_mask, rotary_pos_emb=rotary, packed_seq_params=unpadded
             )
@@ -296,6 +305,8 @@ class ESM2Model(LanguageModule):
                 handle.remove()
         if not self.post_process:
             return hidden
+        if group is not None:
+            hidden, captured = self._context_outputs(hidden, captured, input_ids.shape[1], group, gather_context)
         logits = None
         if output_logits:
             logits, _ = self.output_layer(self.lm_head(hidden), weight=self.shared_embedding_or_output_weight())
@@ -303,6 +314,51 @@ class ESM2Model(LanguageModule):
         if hidden_layers:
             return logits, hidden, {k: hidden if k == self.config.num_layers else captured[k] for k in hidden_layers}
         return (logits, hidden) if output_hidden else logits
+
+    def _context_group(self, unpadded: UnpaddedSequences | None) -> Any:
+        """The context-parallel group (None without context parallelism)."""
+        if self.config.context_parallel_size == 1:
+            return None
+        if unpadded is not None:
+            raise ValueError("unpadded sequences: context_parallel_size 1 only")
+        group = context_parallel_group()
+        if group is None:
+            raise RuntimeError("context_parallel_size > 1 but megatron's context-parallel group is not initialized")
+        return group
+
+    def _mask_and_rotary(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        unpadded: UnpaddedSequences | None,
+        group: Any,
+    ) -> tuple[torch.Tensor | None, torch.Tensor]:
+        """Megatron's padding mask (True = not attended) over every key, and the rotary angles of the queries."""
+        device = input_ids.device
+        if unpadded is not None:
+            if attention_mask is not None or unpadded.positions is None:
+                raise ValueError("unpadded sequences take no attention_mask and need their token positions")
+            return None, self.rotary_pos_emb(unpadded.longest, device)[:, 0][unpadded.positions]  # [T, 1, d]
+        length = input_ids.shape[1]
+        if group is None:
+            mask = None if attention_mask is None else ~attention_mask.bool()[:, None, None, :]
+            return mask, self.rotary_pos_emb(length, device)
+        padded = chunk_length(length, group) * torch.distributed.get_world_size(group)
+        mask = None
+        if attention_mask is not None or padded != length:
+            real = attention_mask.bool() if attention_mask is not None else input_ids.new_ones(input_ids.shape).bool()
+            mask = ~F.pad(real, (0, padded - length), value=False)[:, None, None, :]
+        return mask, local_chunk(self.rotary_pos_emb(padded, device), 0, group)
+
+    def _context_outputs(
+        self, hidden: torch.Tensor, captured: dict[int, torch.Tensor], length: int, group: Any, gather: bool
+    ) -> tuple[torch.Tensor, dict[int, torch.Tensor]]:
+        """Context-parallel outputs: the whole sequence (``gather``) or this rank's chunk, for every layer alike."""
+        if not gather:  # the embedding output (layer 0) covers the whole sequence
+            return hidden, {k: local_chunk(v, 0, group) if k == 0 else v for k, v in captured.items()}
+        return gather_sequence(hidden, group)[:length], {
+            k: v if k == 0 else gather_sequence(v, group)[:length] for k, v in captured.items()
+        }
 
     def _capture(self, layer: int, into: dict[int, torch.Tensor]) -> torch.utils.hooks.RemovableHandle:
         """A forward hook keeping the output of ``layer`` (0: the embedding) in ``into[layer]``."""

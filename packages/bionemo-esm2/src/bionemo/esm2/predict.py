@@ -83,6 +83,7 @@ def _check_unpadded(settings: RunSettings) -> None:
     half = precision.split("-")[0] in ("bf16", "16")
     if (
         settings.pipeline_parallel > 1
+        or settings.context_parallel > 1
         or settings.accelerator.value == "cpu"
         or not half
         or not cuda_available()
@@ -90,7 +91,8 @@ def _check_unpadded(settings: RunSettings) -> None:
     ):
         raise SettingsError(
             f"--unpadded needs CUDA GPUs with --precision bf16 or 16 (given: {precision}), torch >= 2.9 "
-            f"(variable-length attention) and --pipeline-parallel 1 (given: {settings.pipeline_parallel}); "
+            f"(variable-length attention), --pipeline-parallel 1 and --context-parallel 1 (given: "
+            f"{settings.pipeline_parallel} and {settings.context_parallel}); "
             "leave it out to predict on padded batches",
             "--unpadded",
         )

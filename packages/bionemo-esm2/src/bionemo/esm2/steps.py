@@ -13,8 +13,12 @@ __all__ = ["forward_step", "make_predict_step"]
 
 
 def forward_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """Training / validation: ``{"token_logits": [s, b, v_local]}`` of the masked ``tokens``."""
-    return {"token_logits": model(batch["tokens"], batch.get("padding"))}
+    """Training / validation: ``{"token_logits": [s, b, v_local]}`` of the masked ``tokens``.
+
+    Under context parallelism the logits of this rank's chunk of the sequence, as the batch's labels
+    (:func:`bionemo.esm2.data.training_data_step`).
+    """
+    return {"token_logits": model(batch["tokens"], batch.get("padding"), gather_context=False)}
 
 
 def make_predict_step(

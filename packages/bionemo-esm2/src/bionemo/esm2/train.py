@@ -114,7 +114,7 @@ def _module(settings: RunSettings, defaults: RecipeDefaults, megatron: bool, sta
 
     from megatron.core.optimizer import OptimizerConfig
 
-    from bionemo.esm2.data import data_step
+    from bionemo.esm2.data import training_data_step
     from bionemo.esm2.steps import forward_step
     from bionemo.esm2.weights import apply_weights
     from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
@@ -130,7 +130,7 @@ def _module(settings: RunSettings, defaults: RecipeDefaults, megatron: bool, sta
     return BionemoLightningModule(
         model_config(defaults.model, settings),
         forward_step=forward_step,
-        data_step=data_step,
+        data_step=training_data_step,
         optimizer=MegatronOptimizerModule(config=optimizer),
         model_transform=None if start is None else functools.partial(apply_weights, tensors=start.tensors),
     )

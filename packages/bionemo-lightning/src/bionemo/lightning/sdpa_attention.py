@@ -66,8 +66,11 @@ class SDPACoreAttention(MegatronModule):
     Takes megatron's ``[s, b, heads, head_dim]`` query/key/value (heads local to this tensor-parallel rank;
     fewer key/value heads for grouped-query attention) and returns ``[s, b, heads * head_dim]``.
     ``attention_mask`` follows megatron: boolean, ``True`` where attention is *not* allowed, broadcastable to
-    ``[b, heads, s_q, s_k]``. Causal masking comes from ``attn_mask_type``. Context parallelism and packed
-    sequences are not supported by this module.
+    ``[b, heads, s_q, s_k]``. Causal masking comes from ``attn_mask_type``.
+
+    Context parallelism (bidirectional attention only): query, key and value hold this rank's chunk of the
+    sequence (:mod:`bionemo.lightning.context_parallel`); keys and values of the whole sequence are gathered
+    and ``attention_mask`` covers the whole (padded) sequence of keys.
     """
 
     def __init__(
@@ -82,11 +85,12 @@ class SDPACoreAttention(MegatronModule):
         pg_collection: Any = None,
     ) -> None:
         super().__init__(config=config)
-        if config.context_parallel_size > 1:
+        if config.context_parallel_size > 1 and attn_mask_type == AttnMaskType.causal:
             raise ValueError(
-                f"SDPACoreAttention does not support context_parallel_size={config.context_parallel_size}; "
-                "use 1 or Transformer Engine attention"
+                f"SDPACoreAttention supports context_parallel_size={config.context_parallel_size} for bidirectional "
+                "attention only (attn_mask_type padding or no_mask); causal models: use Transformer Engine attention"
             )
+        self.context_parallel = config.context_parallel_size > 1
         self.attn_mask_type = attn_mask_type
         self.dropout_p = config.attention_dropout if attention_dropout is None else attention_dropout
         self.softmax_scale = softmax_scale
@@ -107,6 +111,8 @@ class SDPACoreAttention(MegatronModule):
         if packed_seq_params is not None:
             raise ValueError("SDPACoreAttention takes packed sequences as UnpaddedSequences only (packed_seq_params)")
         mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
+        if self.context_parallel:
+            key, value = self._whole_sequence(key, value)
         seq, batch, heads, head_dim = query.shape
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, h, s, d]
         mask = None
@@ -129,6 +135,15 @@ class SDPACoreAttention(MegatronModule):
             )
         return out.permute(2, 0, 1, 3).reshape(seq, batch, heads * head_dim)
 
+    def _whole_sequence(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of every context-parallel rank's chunk, in sequence order."""
+        from bionemo.lightning.context_parallel import context_parallel_group, gather_keys
+
+        group = context_parallel_group()
+        if group is None:
+            raise RuntimeError("context_parallel_size > 1 but megatron's context-parallel group is not initialized")
+        return gather_keys(key, group), gather_keys(value, group)
+
     def _dropout_rng(self, query: torch.Tensor, dropout: float) -> contextlib.AbstractContextManager[Any]:
         """Megatron's model-parallel CUDA RNG stream for attention dropout, as its ``DotProductAttention`` uses.
 
@@ -147,6 +162,8 @@ class SDPACoreAttention(MegatronModule):
         """``[T, heads, head_dim]`` query/key/value of concatenated sequences -> ``[T, heads * head_dim]``."""
         if self.attn_mask_type == AttnMaskType.causal or (self.training and self.dropout_p > 0):
             raise ValueError("unpadded sequences: bidirectional attention without dropout only (prediction)")
+        if self.context_parallel:
+            raise ValueError("unpadded sequences: context_parallel_size 1 only")
         tokens, heads, head_dim = query.shape
         bounds = packed.boundaries
         if (
