@@ -15,3 +15,4 @@ def test_pipeline_stages_exchange_activations_in_the_parameters_type(precision, 
     assert config.pipeline_model_parallel_size == 2
     assert config.params_dtype == dtype
     assert config.pipeline_dtype == dtype
+    assert config.variable_seq_lengths, "batches are padded to their longest sequence, not to seq_length"

@@ -17,7 +17,7 @@ def model_config(model: Mapping[str, Any], settings: RunSettings, *, training: b
     Training: parameters are bf16 under MegatronStrategy with bf16 precision; Lightning's strategies keep fp32
     parameters and autocast. Prediction: parameters are in the precision's type (bf16, fp16) on every strategy
     and are not randomly initialized (the checkpoint's weights replace them). Pipeline stages exchange
-    activations in the parameters' type.
+    activations in the parameters' type, of each micro-batch's own sequence length.
     """
     import torch
 
@@ -36,6 +36,8 @@ def model_config(model: Mapping[str, Any], settings: RunSettings, *, training: b
         fp16=fp16,
         params_dtype=params_dtype,
         pipeline_dtype=params_dtype,  # what the stages send each other (megatron requires it for PP > 1)
+        # batches are padded to their longest sequence: stages tell each other the shape of what they send
+        variable_seq_lengths=settings.pipeline_parallel > 1,
         perform_initialization=training,
         **model,
     )
