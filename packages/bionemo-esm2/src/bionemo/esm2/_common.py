@@ -38,6 +38,7 @@ def model_config(model: Mapping[str, Any], settings: RunSettings, *, training: b
         pipeline_dtype=params_dtype,  # what the stages send each other (megatron requires it for PP > 1)
         # batches are padded to their longest sequence: stages tell each other the shape of what they send
         variable_seq_lengths=settings.pipeline_parallel > 1,
+        moe_token_dispatcher_type="alltoall",  # no experts; megatron refuses variable lengths with "allgather"
         perform_initialization=training,
         **model,
     )
