@@ -127,11 +127,38 @@ def test_failed_write_leaves_no_file(tmp_path, monkeypatch):
     monkeypatch.setattr(writer_module, "save_file", broken_save)
     writer = PredictionWriter(tmp_path, "batch", groups=SINGLE)
     writer.on_predict_start(trainer(), None)
+    writer.on_predict_batch_end(trainer(), None, prediction([0]), None, 0)
     with pytest.raises(OSError, match="disk full"):
-        writer.on_predict_batch_end(trainer(), None, prediction([0]), None, 0)
+        writer.on_predict_epoch_end(trainer(), None)  # the last batch is written at the epoch's end
     assert list(tmp_path.iterdir()) == []
 
 
 def test_merge_of_an_empty_directory(tmp_path):
     with pytest.raises(FileNotFoundError, match="No predictions_rank"):
         merge_predictions(tmp_path)
+
+
+def test_a_batch_is_written_once_the_next_has_ended_and_the_last_at_epoch_end(tmp_path):
+    """The device-to-host copy of batch N completes while the host queues batch N+1: no wait at a batch's end."""
+    writer = PredictionWriter(tmp_path, "batch", groups=SINGLE)
+    writer.on_predict_start(trainer(), None)
+    written = []
+    for i, batch in enumerate([prediction([0, 1]), prediction([2]), prediction([3])]):
+        writer.on_predict_batch_end(trainer(), None, batch, None, i)
+        written.append([p.name for p in prediction_files(tmp_path)])
+    writer.on_predict_epoch_end(trainer(), None)
+    assert written == [[], ["predictions_rank0_batch0.safetensors"],
+                       ["predictions_rank0_batch0.safetensors", "predictions_rank0_batch1.safetensors"]]  # fmt: skip
+    assert len(prediction_files(tmp_path)) == 3
+    assert load_file(tmp_path / "predictions_rank0_batch2.safetensors")["sample_index"].tolist() == [3]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_cuda_outputs_are_copied_without_blocking_and_written_intact(tmp_path):
+    writer = PredictionWriter(tmp_path, "epoch", groups=SINGLE)
+    host = [prediction(list(range(i * 64, (i + 1) * 64)), seq=512) for i in range(4)]
+    batches = [{k: v.cuda() for k, v in batch.items()} for batch in host]
+    run_writer(writer, 0, batches)
+    merged = merge_predictions(tmp_path)
+    assert merged["sample_index"].tolist() == list(range(256))
+    torch.testing.assert_close(merged["embeddings"][:, 0], torch.arange(256).float())

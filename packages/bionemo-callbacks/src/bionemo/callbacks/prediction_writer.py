@@ -80,6 +80,7 @@ class PredictionWriter(pl.Callback):
         self.keep_existing = keep_existing
         self._groups = groups
         self._pending: list[dict[str, torch.Tensor]] = []
+        self._in_flight: tuple[dict[str, torch.Tensor], Any, int, str] | None = None
 
     @property
     def groups(self) -> ParallelGroups:
@@ -89,6 +90,7 @@ class PredictionWriter(pl.Callback):
     @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         self._pending = []
+        self._in_flight = None
         self.output_dir.mkdir(parents=True, exist_ok=True)
         if not os.access(self.output_dir, os.W_OK):
             raise PermissionError(f"Prediction output directory {self.output_dir} is not writable")
@@ -120,14 +122,30 @@ class PredictionWriter(pl.Callback):
     ) -> None:
         if outputs is None or not self.groups.holds_full_output():
             return
-        prediction = self._checked(outputs)
+        prediction, copied = self._to_host(outputs)
+        self._finish_previous()
+        self._in_flight = (prediction, copied, trainer.global_rank, f"_batch{batch_idx}")
+
+    def _finish_previous(self) -> None:
+        """Write (or keep for the epoch's file) the previous batch, once its copy to the host is complete.
+
+        Batch N's device-to-host copy runs while the host queues batch N+1: the loop never waits for the device
+        at a batch's end (a blocking copy did, for every batch).
+        """
+        if self._in_flight is None:
+            return
+        prediction, copied, rank, suffix = self._in_flight
+        self._in_flight = None
+        if copied is not None:
+            copied.synchronize()
         if self.interval == WriteInterval.BATCH:
-            self._write(prediction, self._name(trainer.global_rank, f"_batch{batch_idx}", prediction))
+            self._write(prediction, self._name(rank, suffix, prediction))
         else:
             self._pending.append(prediction)
 
     @override
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._finish_previous()
         if self.interval == WriteInterval.EPOCH and self._pending:
             collated = batch_collator(self._pending)
             self._write(collated, self._name(trainer.global_rank, "", collated))
@@ -151,7 +169,20 @@ class PredictionWriter(pl.Callback):
                 f"Prediction has no {self.index_key!r} (sample positions needed to restore input order); "
                 f"keys are {sorted(outputs)}. Put the index in the batch under {self.index_key!r}."
             )
-        return {k: v.detach().to("cpu") for k, v in outputs.items() if v is not None}
+        return {k: v for k, v in outputs.items() if v is not None}
+
+    def _to_host(self, outputs: Any) -> tuple[dict[str, torch.Tensor], Any]:
+        """``outputs`` on the host, and the CUDA event that marks their copy complete (None: nothing to wait for).
+
+        CUDA tensors are copied without blocking, into page-locked memory; the event is recorded after the copies.
+        """
+        checked = self._checked(outputs)
+        on_host = {k: v.detach().to("cpu", non_blocking=True) for k, v in checked.items()}
+        if not any(v.is_cuda for v in checked.values()):
+            return on_host, None
+        event = torch.cuda.Event()
+        event.record()
+        return on_host, event
 
     def _write(self, prediction: Mapping[str, torch.Tensor], name: str) -> None:
         save_safetensors_atomically(prediction, self.output_dir / name, {"index_key": self.index_key})
