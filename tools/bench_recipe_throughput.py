@@ -57,7 +57,6 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
     from megatron.core.optimizer import OptimizerConfig
     from megatron.core.transformer.enums import AttnMaskType
-    from nemo import lightning as nl
 
     from bionemo.esm2._common import datamodule, model_config
     from bionemo.esm2.data import MaskedProteinDataset, data_step
@@ -68,6 +67,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
     from bionemo.recipes.settings import Precision, RunSettings
+    from bionemo.recipes.trainers import megatron_trainer
 
     model = _model(args)
     tokenizer = ProteinTokenizer()
@@ -132,19 +132,21 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
             self.starts.append(time.perf_counter())
 
     timer = Timer()
-    trainer = nl.Trainer(
-        devices=1,
-        accelerator="gpu",
-        strategy=nl.MegatronStrategy(ckpt_async_save=False),
-        plugins=nl.MegatronMixedPrecision(precision="bf16-mixed"),
-        max_steps=args.steps,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        use_distributed_sampler=False,
-        callbacks=[timer],
+    # the recipe's strategy and precision plugin; build_trainer would add checkpoints, validation and a progress bar
+    trainer = megatron_trainer(
+        settings,
+        training=True,
+        precision=Precision.BF16.value,
+        common={
+            "devices": 1,
+            "max_steps": args.steps,
+            "limit_val_batches": 0,
+            "num_sanity_val_steps": 0,
+            "logger": False,
+            "enable_checkpointing": False,
+            "enable_progress_bar": False,
+            "callbacks": [timer],
+        },
     )
     trainer.fit(module, datamodule=data)
     periods = sorted(b - a for a, b in zip(timer.starts[5:], timer.starts[6:], strict=False))

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bionemo.recipes.settings import RunSettings, StrategyChoice
-from bionemo.recipes.trainers import _megatron_trainer
+from bionemo.recipes.trainers import megatron_trainer
 
 
 @pytest.mark.parametrize(
@@ -19,6 +19,6 @@ def test_pipeline_stages_exchange_activations_in_the_precisions_type(monkeypatch
     monkeypatch.setattr(nl, "MegatronMixedPrecision", lambda **kwargs: made.setdefault("plugin", kwargs))
     monkeypatch.setattr(nl, "Trainer", lambda **kwargs: made.setdefault("trainer", kwargs))
     settings = RunSettings(strategy=StrategyChoice.MEGATRON, devices=2, pipeline_parallel=2)
-    _megatron_trainer(settings, training=True, precision=precision, common={})
+    megatron_trainer(settings, training=True, precision=precision, common={})
     assert made["strategy"]["pipeline_model_parallel_size"] == 2
     assert made["strategy"]["pipeline_dtype"] == dtype

@@ -2,7 +2,6 @@
 
 import math
 
-import lightning.pytorch as pl
 import pytest
 import torch
 
@@ -10,6 +9,7 @@ from bionemo.callbacks import PerplexityLoggingCallback
 from bionemo.lightning import MegatronDataModule
 from support.reference import reference_mean_loss
 from support.tiny_gpt import BigramDataset, make_module
+from support.trainers import cpu_trainer
 
 
 class UnevenTokens(BigramDataset):
@@ -26,14 +26,7 @@ def test_val_loss_weights_every_token_alike_with_a_short_last_batch():
     module = make_module()
     val = UnevenTokens(20, 16, 32, seed=2)  # micro-batches of 8, 8 and 4 samples
     datamodule = MegatronDataModule(val=val, micro_batch_size=8, seq_length=16)
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        callbacks=[PerplexityLoggingCallback()],
-    )
+    trainer = cpu_trainer([PerplexityLoggingCallback()])
     (metrics,) = trainer.validate(module, datamodule=datamodule)
     expected = reference_mean_loss(module.module, val)
     assert metrics["val_loss"] == pytest.approx(expected, rel=1e-5)

@@ -14,6 +14,7 @@ from bionemo.lightning.workarounds import WORKAROUNDS, Patches, UnverifiedUpstre
 from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
 from support.iter_predictor import IterPredictor
 from support.tiny_gpt import BigramDataset, make_module
+from support.trainers import cpu_trainer
 
 
 def _patched_places() -> dict[str, object]:
@@ -59,17 +60,7 @@ def _fit_and_predict(callbacks: list[pl.Callback]) -> pl.Trainer:
         micro_batch_size=4,
         seq_length=16,
     )
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        max_steps=3,
-        limit_val_batches=1,
-        num_sanity_val_steps=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        callbacks=callbacks,
-    )
+    trainer = cpu_trainer(callbacks, max_steps=3, limit_val_batches=1)
     module = make_module()
     trainer.fit(module, datamodule=datamodule)
     assert trainer.predict(module, datamodule=datamodule, return_predictions=False) is None
@@ -171,13 +162,7 @@ def test_predict_from_the_iterator_without_returned_predictions_works_with_the_c
         def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
             kept.append(sum(len(k) for k in trainer.predict_loop._predictions))
 
-    trainer = pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        callbacks=[MegatronCompatCallback(), Count()],
-    )
+    trainer = cpu_trainer([MegatronCompatCallback(), Count()])
     loader = DataLoader(torch.randn(6, 2), batch_size=2)
     assert trainer.predict(IterPredictor(), loader, return_predictions=False) is None
     assert kept == [0, 0, 0]  # the step's prediction is appended after the hook: never more than one kept

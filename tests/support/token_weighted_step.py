@@ -153,10 +153,10 @@ def main() -> None:
     args.out_dir.mkdir(parents=True, exist_ok=True)
 
     from megatron.core.optimizer import OptimizerConfig
-    from nemo import lightning as nl
 
     from bionemo.lightning import BionemoLightningModule, MegatronDataModule, MegatronOptimizerModule
     from support.tiny_gpt import data_step, forward_step
+    from support.trainers import megatron_trainer
 
     torch.backends.cuda.matmul.allow_tf32 = False  # exact fp32 matrix products, comparable with the reference
     torch.backends.cudnn.allow_tf32 = False
@@ -180,22 +180,7 @@ def main() -> None:
         train=dataset, val=dataset, micro_batch_size=1, global_batch_size=2, seq_length=SEQ, num_workers=0
     )
     capture = StepCapture()
-    trainer = nl.Trainer(
-        devices=1,
-        accelerator="gpu",
-        strategy=nl.MegatronStrategy(
-            tensor_model_parallel_size=1, pipeline_model_parallel_size=1, ckpt_async_save=False
-        ),
-        plugins=nl.MegatronMixedPrecision(precision="32"),
-        max_steps=1,
-        limit_val_batches=0,
-        num_sanity_val_steps=0,
-        logger=False,
-        enable_checkpointing=False,
-        enable_progress_bar=False,
-        use_distributed_sampler=False,
-        callbacks=[capture],
-    )
+    trainer = megatron_trainer("32", [capture], max_steps=1, limit_val_batches=0)
     try:
         trainer.fit(module, datamodule=datamodule)
         capture.record["global_step"] = trainer.global_step

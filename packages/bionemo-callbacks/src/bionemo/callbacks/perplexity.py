@@ -7,7 +7,7 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
-from bionemo.losses import LOSS_SUM_KEY, ParallelGroups, all_reduce_sum
+from bionemo.losses import LOSS_SUM_KEY, ParallelGroups, TokenWeightedSums
 
 __all__ = ["PerplexityLoggingCallback"]
 
@@ -48,7 +48,7 @@ class PerplexityLoggingCallback(pl.Callback):
         self.log_train = log_train
         self.log_val = log_val
         self._groups = groups
-        self._val_sums: torch.Tensor | None = None
+        self._val_sums = TokenWeightedSums()
 
     @property
     def groups(self) -> ParallelGroups:
@@ -73,24 +73,20 @@ class PerplexityLoggingCallback(pl.Callback):
             return
         if not trainer.validating or not self.log_val:
             return
-        sums = torch.stack([_loss_pair(out, loss_reduction) for out in microbatch_outputs]).sum(dim=0)
-        self._val_sums = sums if self._val_sums is None else self._val_sums + sums.to(self._val_sums.device)
+        self._val_sums.add([_loss_pair(out, loss_reduction) for out in microbatch_outputs])
 
     @override
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._val_sums = None
+        self._val_sums.reset()
 
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self.log_val or not self.groups.is_last_stage:
             return
-        device = pl_module.device
-        sums = self._val_sums.to(device) if self._val_sums is not None else torch.zeros(2, device=device)
-        all_reduce_sum(sums, self.groups.data_context)
-        self._val_sums = None
-        if sums[1] <= 0:
-            return
-        pl_module.log("val_ppl", torch.exp(sums[0] / sums[1]), prog_bar=True, batch_size=1)
+        mean_loss = self._val_sums.mean(self.groups.data_context, device=pl_module.device)
+        self._val_sums.reset()
+        if mean_loss is not None:
+            pl_module.log("val_ppl", torch.exp(mean_loss), prog_bar=True, batch_size=1)
 
 
 def _loss_pair(output: Any, loss_reduction: Any) -> torch.Tensor:

@@ -4,10 +4,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import lightning.pytorch as pl
-import torch
 from typing_extensions import override
 
-from bionemo.losses import LOSS_SUM_KEY, ParallelGroups, all_reduce_sum
+from bionemo.losses import LOSS_SUM_KEY, ParallelGroups, TokenWeightedSums
 
 __all__ = ["TokenWeightedValidationLoss"]
 
@@ -25,7 +24,7 @@ class TokenWeightedValidationLoss(pl.Callback):
 
     def __init__(self) -> None:
         super().__init__()
-        self._sums: torch.Tensor | None = None
+        self._sums = TokenWeightedSums()
         self.active = False
         """Whether this epoch's micro-batches carry ``[loss_sum, num_tokens]`` pairs (read by the module)."""
 
@@ -39,24 +38,20 @@ class TokenWeightedValidationLoss(pl.Callback):
         if not all(isinstance(out, Mapping) and LOSS_SUM_KEY in out for out in microbatch_outputs):
             return
         self.active = True
-        sums = torch.stack([out[LOSS_SUM_KEY].detach().float() for out in microbatch_outputs]).sum(dim=0)
-        self._sums = sums if self._sums is None else self._sums + sums.to(self._sums.device)
+        self._sums.add(out[LOSS_SUM_KEY] for out in microbatch_outputs)
 
     @override
     def on_validation_epoch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._sums = None
+        self._sums.reset()
 
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self.active:
             return
         groups = ParallelGroups.current()
-        device = pl_module.device
-        sums = self._sums.to(device) if self._sums is not None else torch.zeros(2, device=device)
-        self._sums = None
-        all_reduce_sum(sums, groups.data_context)
-        if groups.pipeline is not None and torch.distributed.get_world_size(groups.pipeline) > 1:
-            all_reduce_sum(sums, groups.pipeline)  # only the last stage holds losses: every stage logs the value
-        if sums[1] > 0:
+        # only the last pipeline stage holds losses: summing over the pipeline too lets every stage log the value
+        val_loss = self._sums.mean(groups.data_context, groups.pipeline, device=pl_module.device)
+        self._sums.reset()
+        if val_loss is not None:
             log = getattr(pl_module, "log_token_weighted", pl_module.log)
-            log("val_loss", sums[0] / sums[1], prog_bar=True, batch_size=1)
+            log("val_loss", val_loss, prog_bar=True, batch_size=1)

@@ -9,6 +9,7 @@ from bionemo.losses.masked_token import LOSS_SUM_KEY, MaskedTokenLossReduction, 
 from bionemo.losses.parallel import ParallelGroups, all_reduce_sum
 from bionemo.losses.passthrough import PassthroughLossReduction
 from bionemo.losses.reduction import LossReduction
+from bionemo.losses.token_sums import TokenWeightedSums
 
 __all__ = [
     "LOSS_SUM_KEY",
@@ -16,6 +17,7 @@ __all__ = [
     "MaskedTokenLossReduction",
     "ParallelGroups",
     "PassthroughLossReduction",
+    "TokenWeightedSums",
     "all_reduce_sum",
     "masked_token_loss_sums",
     "token_cross_entropy",

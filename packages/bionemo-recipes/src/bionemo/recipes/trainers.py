@@ -6,7 +6,14 @@ from typing import Any
 
 from bionemo.recipes.settings import Accelerator, Precision, RunSettings, SettingsError, StrategyChoice
 
-__all__ = ["build_trainer", "check_hardware", "check_output_dir", "is_launching_rank", "uses_megatron"]
+__all__ = [
+    "build_trainer",
+    "check_hardware",
+    "check_output_dir",
+    "is_launching_rank",
+    "megatron_trainer",
+    "uses_megatron",
+]
 
 
 def _cuda_devices() -> int:
@@ -154,7 +161,7 @@ def build_trainer(
             log_every_n_steps=max(1, min(50, (val_check_interval or 50) // 5)),
         )
     if uses_megatron(settings, training=training):
-        return _megatron_trainer(settings, training=training, precision=precision, common=common)
+        return megatron_trainer(settings, training=training, precision=precision, common=common)
     import lightning.pytorch as pl
 
     from bionemo.recipes.safe_checkpoint_io import SafeCheckpointIO
@@ -169,7 +176,7 @@ def build_trainer(
     )
 
 
-def _megatron_trainer(settings: RunSettings, *, training: bool, precision: str, common: dict[str, Any]) -> Any:
+def megatron_trainer(settings: RunSettings, *, training: bool, precision: str, common: dict[str, Any]) -> Any:
     """NeMo's Trainer with MegatronStrategy (TP / PP / CP from ``settings``) and its mixed precision.
 
     Pipeline stages exchange activations in the precision's type: NeMo copies the strategy's ``pipeline_dtype``
