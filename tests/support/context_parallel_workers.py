@@ -31,7 +31,9 @@ def cp_worker(rank, world_size, padded: bool):
     import torch.distributed as dist
     from megatron.core import parallel_state
 
+    from bionemo.esm2.data import training_data_step
     from bionemo.esm2.model import ESM2Model
+    from bionemo.esm2.steps import forward_step
     from bionemo.lightning.context_parallel import context_parallel_group, local_chunk
 
     parallel_state.initialize_model_parallel(context_parallel_size=world_size)
@@ -47,8 +49,14 @@ def cp_worker(rank, world_size, padded: bool):
         real = torch.ones_like(real)
     labels = labels.masked_fill(~real, -100)
     logits, hidden, layers = model(tokens, mask, hidden_layers=[0, 1, 2])
-    chunk_logits = model(tokens, mask, gather_context=False)
-    loss_sum, _ = masked_token_loss_sums(chunk_logits, local_chunk(labels, 1, group, -100), local_chunk(real, 1, group))
+    # the training path: the data step chunks the targets, the forward step returns this rank's chunk of logits
+    collated = {"tokens": tokens, "labels": labels, "loss_mask": real, "attention_mask": real,
+                "host_lengths": real.sum(dim=1).tolist()}  # fmt: skip
+    batch = training_data_step(iter([collated]))
+    assert torch.equal(batch["labels"], local_chunk(labels, 1, group, -100))
+    assert (batch["padding"] is None) == (not padded)
+    chunk_logits = forward_step(model, batch)["token_logits"]
+    loss_sum, _ = masked_token_loss_sums(chunk_logits, batch["labels"], batch["loss_mask"])
     loss_sum.backward()
     grads = {name: p.grad.clone() for name, p in model.named_parameters() if p.grad is not None}
     for grad in grads.values():
