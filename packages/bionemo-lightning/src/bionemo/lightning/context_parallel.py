@@ -67,27 +67,20 @@ def _reduce_scatter(tensor: torch.Tensor, group: dist.ProcessGroup) -> torch.Ten
     return summed.chunk(size)[rank].contiguous()
 
 
-class _GatherKeys(torch.autograd.Function):
+class _Gather(torch.autograd.Function):
+    """All-gather along dim 0; backward: the sum of every rank's gradient (``reduce``) or this rank's own."""
+
     @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-        ctx.group = group
+    def forward(ctx: Any, tensor: torch.Tensor, group: dist.ProcessGroup, reduce: bool) -> torch.Tensor:
+        ctx.group, ctx.reduce = group, reduce
         return _all_gather(tensor, group)
 
     @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # pyright: ignore[reportIncompatibleMethodOverride]
-        return _reduce_scatter(grad, ctx.group), None
-
-
-class _GatherSequence(torch.autograd.Function):
-    @staticmethod
-    def forward(ctx: Any, tensor: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
-        ctx.group = group
-        return _all_gather(tensor, group)
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:  # pyright: ignore[reportIncompatibleMethodOverride]
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None, None]:  # pyright: ignore[reportIncompatibleMethodOverride]
+        if ctx.reduce:
+            return _reduce_scatter(grad, ctx.group), None, None
         size, rank = dist.get_world_size(ctx.group), dist.get_rank(ctx.group)
-        return grad.chunk(size)[rank].contiguous(), None
+        return grad.chunk(size)[rank].contiguous(), None, None
 
 
 def gather_keys(tensor: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
@@ -95,7 +88,7 @@ def gather_keys(tensor: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
 
     Every rank's queries use them, so the backward sums their gradients and returns this rank's chunk.
     """
-    return _GatherKeys.apply(tensor, group)  # pyright: ignore[reportReturnType]
+    return _Gather.apply(tensor, group, True)  # pyright: ignore[reportReturnType]
 
 
 def gather_sequence(tensor: torch.Tensor, group: dist.ProcessGroup) -> torch.Tensor:
@@ -104,4 +97,4 @@ def gather_sequence(tensor: torch.Tensor, group: dist.ProcessGroup) -> torch.Ten
     The backward only keeps this rank's chunk of the gradient; training takes the loss of each rank's own chunk
     instead (megatron's convention).
     """
-    return _GatherSequence.apply(tensor, group)  # pyright: ignore[reportReturnType]
+    return _Gather.apply(tensor, group, False)  # pyright: ignore[reportReturnType]
