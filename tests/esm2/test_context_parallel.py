@@ -21,4 +21,3 @@ def test_context_parallel_outputs_and_gradients_match_one_rank(padded):
         for name, (ours, reference) in result["grads"].items():
             assert ours is not None, f"{name}: no gradient under context parallelism"
             torch.testing.assert_close(ours, reference, atol=1e-5, rtol=1e-4, msg=name)
-
