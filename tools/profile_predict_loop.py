@@ -37,7 +37,9 @@ class TraceBatches(pl.Callback):
         self.wall = 0.0
         self._start = 0.0
 
-    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, *args: Any) -> None:
+    def on_predict_batch_start(
+        self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         if batch_idx == self.first:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available():
@@ -47,7 +49,9 @@ class TraceBatches(pl.Callback):
             self.profiler.__enter__()
             self._start = time.perf_counter()
 
-    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, *a: Any):
+    def on_predict_batch_end(
+        self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         if batch_idx == self.last - 1 and self.profiler is not None:
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
@@ -59,7 +63,7 @@ class TraceBatches(pl.Callback):
             print("trace: the run had fewer batches than --trace-to")
             return
         events = self.profiler.key_averages()
-        gpu_us = sum(e.self_device_time_total for e in events if e.device_type == torch.autograd.DeviceType.CUDA)
+        gpu_us = sum(e.self_device_time_total for e in events if e.device_type.name == "CUDA")
         batches = self.last - self.first
         wall_ms, gpu_ms = self.wall * 1e3 / batches, gpu_us / 1e3 / batches
         print(f"\ntrace of batches {self.first}..{self.last - 1}: wall {wall_ms:.1f} ms per batch, CUDA kernels "
