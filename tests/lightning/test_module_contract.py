@@ -11,6 +11,7 @@ from bionemo.lightning import (
     torch_optimizer_from_config,
 )
 from bionemo.lightning._nemo import MegatronOptimizerModule, io
+from bionemo.lightning._nemo.step_runner import MEGATRON_STEP_RUNNER
 from bionemo.losses import MaskedTokenLossReduction, PassthroughLossReduction
 from support.tiny_gpt import TinyGPTConfig, data_step, forward_step, make_module
 
@@ -173,6 +174,6 @@ def test_megatron_trains_the_global_token_weighted_mean_of_token_weighted_reduct
     config = TinyGPTConfig()
     monkeypatch.setattr(config, "get_loss_reduction_class", lambda: reduction)
     module = make_module(config)
-    monkeypatch.setattr(module, "_megatron_driven", lambda: True)
+    monkeypatch.setattr(module, "_step_runner", lambda: MEGATRON_STEP_RUNNER)
     module.configure_model()
     assert config.calculate_per_token_loss is per_token

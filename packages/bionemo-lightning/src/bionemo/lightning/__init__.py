@@ -1,10 +1,14 @@
-"""BionemoLightningModule and what it needs: optimizers, the pass-through prediction contract, data, compat."""
+"""BionemoLightningModule and what it needs: optimizers, the pass-through prediction contract, data, compat.
+
+Importing it does not import NeMo: that happens when NeMo is used (a ``MegatronStrategy`` trainer, NeMo's
+``MegatronOptimizerModule``, served here lazily; see :mod:`bionemo.lightning.step_runner`).
+"""
 
 # First: lets megatron-core import on machines with nvcc but no GPU, before any submodule imports it.
-from bionemo.lightning import _nemo  # noqa: F401  # isort: skip
+from bionemo.lightning import _megatron_ready  # noqa: F401  # isort: skip
 
+from typing import TYPE_CHECKING, Any
 
-from bionemo.lightning._nemo import MegatronOptimizerModule
 from bionemo.lightning._parallel_init import ensure_model_parallel
 from bionemo.lightning.data import MegatronDataModule
 from bionemo.lightning.megatron_compat import MegatronCompatCallback
@@ -18,20 +22,36 @@ from bionemo.lightning.sdpa_attention import (
     sdpa_layer_spec,
     varlen_attention_available,
 )
+from bionemo.lightning.step_runner import LightningStepRunner, StepRunner, is_megatron_strategy
+
+if TYPE_CHECKING:
+    from bionemo.lightning._nemo import MegatronOptimizerModule
 
 __all__ = [
     "BionemoLightningModule",
     "LightningPassthroughPredictionMixin",
+    "LightningStepRunner",
     "MegatronCompatCallback",
     "MegatronDataModule",
     "MegatronOptimizerModule",
     "RotarySelfAttention",
     "SDPACoreAttention",
+    "StepRunner",
     "UnpaddedSequences",
     "default_megatron_optimizer",
     "ensure_model_parallel",
     "init_adam_state",
+    "is_megatron_strategy",
     "sdpa_layer_spec",
     "torch_optimizer_from_config",
     "varlen_attention_available",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """NeMo's ``MegatronOptimizerModule``, imported on first use (importing this package imports no NeMo)."""
+    if name == "MegatronOptimizerModule":
+        from bionemo.lightning._nemo import MegatronOptimizerModule
+
+        return MegatronOptimizerModule
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

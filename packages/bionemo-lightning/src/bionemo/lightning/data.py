@@ -6,12 +6,11 @@ from typing import Any
 
 import lightning.pytorch as pl
 from megatron.core import num_microbatches_calculator
-from nemo.lightning.data import WrappedDataLoader
-from nemo.lightning.pytorch.plugins import MegatronDataSampler
-from torch.utils.data import Dataset, Sampler, default_collate
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 from typing_extensions import override
 
-from bionemo.lightning.megatron_compat import scale_limits_to_steps
+from bionemo.lightning.step_runner import is_megatron_strategy
+from bionemo.lightning.workarounds.limit_batches_to_steps import scale_limits_to_steps
 
 __all__ = ["MegatronDataModule"]
 
@@ -19,11 +18,12 @@ __all__ = ["MegatronDataModule"]
 class MegatronDataModule(pl.LightningDataModule):
     """Train / validation / test / predict datasets with megatron's micro-batch and global-batch sizes.
 
-    Under ``MegatronStrategy`` its ``data_sampler`` (a NeMo ``MegatronDataSampler``) sets the micro-batches
-    per step and shards the data over data-parallel ranks; dataloaders are NeMo ``WrappedDataLoader``s whose
-    mode decides ``drop_last`` (train/validation) and keeps every predict sample. Int ``limit_*_batches`` and
-    ``num_sanity_val_steps`` are counted in steps, as with plain Lightning (NeMo counts micro-batches).
-    Under Lightning's own strategies the same loaders are ordinary DataLoaders of ``micro_batch_size``.
+    Under ``MegatronStrategy`` its ``data_sampler`` (a NeMo ``MegatronDataSampler``, built when the strategy
+    first asks for it) sets the micro-batches per step and shards the data over data-parallel ranks;
+    dataloaders are NeMo ``WrappedDataLoader``s whose mode decides ``drop_last`` (train/validation) and keeps
+    every predict sample. Int ``limit_*_batches`` and ``num_sanity_val_steps`` are counted in steps, as with
+    plain Lightning (NeMo counts micro-batches). Under Lightning's own strategies the same loaders are ordinary
+    DataLoaders of ``micro_batch_size``, and NeMo is not imported.
 
     Predict batches keep input order within each rank; to merge ranks back into input order, give every
     sample its position (e.g. ``sample_index``) and use :class:`bionemo.callbacks.PredictionWriter`.
@@ -72,13 +72,30 @@ class MegatronDataModule(pl.LightningDataModule):
         self.pin_memory = pin_memory
         self.collate_fn = collate_fn
         self.shuffle_train = shuffle_train
-        self.data_sampler = MegatronDataSampler(
-            seq_len=seq_length,
-            micro_batch_size=micro_batch_size,
-            global_batch_size=global_batch_size or micro_batch_size,
-            dataloader_type="cyclic" if shuffle_train else "single",
-        )
+        self.seq_length = seq_length
         self.global_batch_size = global_batch_size or micro_batch_size
+        self._data_sampler: Any = None
+
+    @property
+    def data_sampler(self) -> Any:
+        """The NeMo ``MegatronDataSampler`` that MegatronStrategy reads in its set-up, built on first use.
+
+        NeMo's ``setup_data_sampler`` takes it from here, or sets the strategy's own here instead.
+        """
+        if self._data_sampler is None:
+            from bionemo.lightning._nemo import MegatronDataSampler
+
+            self._data_sampler = MegatronDataSampler(
+                seq_len=self.seq_length,
+                micro_batch_size=self.micro_batch_size,
+                global_batch_size=self.global_batch_size,
+                dataloader_type="cyclic" if self.shuffle_train else "single",
+            )
+        return self._data_sampler
+
+    @data_sampler.setter
+    def data_sampler(self, sampler: Any) -> None:
+        self._data_sampler = sampler
 
     @override
     def setup(self, stage: str) -> None:
@@ -108,13 +125,17 @@ class MegatronDataModule(pl.LightningDataModule):
         ):
             num_microbatches_calculator.unset_num_microbatches_calculator()
 
-    def _loader(self, mode: str) -> WrappedDataLoader:
+    def _loader(self, mode: str) -> DataLoader:
         dataset = self.datasets[mode]
         if dataset is None:
             raise ValueError(f"MegatronDataModule has no {mode} dataset; pass {mode.replace('validation', 'val')}=")
         sampler = self._resumed_epoch_sampler(dataset) if mode == "train" else None
-        return WrappedDataLoader(
-            mode=mode,
+        loader: Callable[..., DataLoader] = DataLoader
+        if self.trainer is not None and is_megatron_strategy(self.trainer.strategy):
+            from bionemo.lightning._nemo import WrappedDataLoader
+
+            loader = functools.partial(WrappedDataLoader, mode=mode)  # NeMo's data sampler reads the mode
+        return loader(
             dataset=dataset,
             batch_size=self.micro_batch_size,
             num_workers=self.num_workers,

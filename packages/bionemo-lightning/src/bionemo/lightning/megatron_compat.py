@@ -5,7 +5,8 @@ none. Off MegatronStrategy it does nothing. Under MegatronStrategy it applies th
 :mod:`bionemo.lightning.workarounds` that the stage needs, each only on the upstream versions it was verified on
 (on others it warns once, :class:`~bionemo.lightning.workarounds.UnverifiedUpstreamWarning`, and leaves it out),
 and puts back every original at teardown (also after an exception), so that after the run no megatron-core,
-NeMo or Lightning attribute is left patched. Each work-around's module says what it fixes and what was measured:
+NeMo or Lightning attribute is left patched. NeMo is imported only when a work-around needs it. Each
+work-around's module says what it fixes and what was measured:
 
 ==================================== ========= ==================================================================
 name                                 stages    what it works around
@@ -32,12 +33,12 @@ The ``install_*`` functions are the earlier process-wide entry points, kept for 
 
 import os
 from collections.abc import Collection
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from bionemo.lightning._nemo import MegatronStep, MegatronStrategy
+from bionemo.lightning.step_runner import is_megatron_strategy
 from bionemo.lightning.workarounds import (
     COLLECT_GARBAGE_BEFORE_PREDICT,
     DISTRIBUTED_OPTIMIZER_STEP,
@@ -63,6 +64,9 @@ from bionemo.lightning.workarounds.predict_loop_keep_predictions import (
 )
 from bionemo.lightning.workarounds.predict_without_sampler_log import stop_sampler_log
 from bionemo.lightning.workarounds.step_without_distillation_shapes import without_distillation_shapes
+
+if TYPE_CHECKING:
+    from bionemo.lightning._nemo import MegatronStep
 
 __all__ = [
     "SKIP_ENV",
@@ -122,7 +126,7 @@ class MegatronCompatCallback(pl.Callback):
         if self._use(MODELOPT_STAND_INS):
             checkpoint_with_stand_ins(trainer.strategy)
 
-    def on_megatron_step_start(self, step: MegatronStep) -> MegatronStep:
+    def on_megatron_step_start(self, step: "MegatronStep") -> "MegatronStep":
         """NeMo hook: the step, as one whose distillation-shape hook does not import ``nemo.collections.llm``."""
         if self._use(STEP_WITHOUT_DISTILLATION_SHAPES):
             return without_distillation_shapes(step)
@@ -184,7 +188,7 @@ class MegatronCompatCallback(pl.Callback):
 
 
 def _is_megatron(trainer: pl.Trainer) -> bool:
-    return isinstance(trainer.strategy, MegatronStrategy)
+    return is_megatron_strategy(trainer.strategy)
 
 
 def _skip_from_env() -> frozenset[str]:

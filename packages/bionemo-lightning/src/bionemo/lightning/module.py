@@ -1,9 +1,9 @@
 """BionemoLightningModule: one LightningModule for megatron-core models, under MegatronStrategy or Lightning's own."""
 
-import dataclasses
 import itertools
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import Any, Generic
+from typing import TYPE_CHECKING, Any, Generic
 
 import lightning.pytorch as pl
 import torch
@@ -11,32 +11,23 @@ from megatron.core.distributed import DistributedDataParallel
 from megatron.core.transformer.module import Float16Module
 from typing_extensions import override
 
-from bionemo.callbacks import DEFAULT_INDEX_KEY
 from bionemo.core import BionemoTrainableModelConfig, DataStep, ForwardStep, LossT, ModelT, using_device
-from bionemo.lightning._nemo import CallbackConnector, MegatronOptimizerModule, MegatronStrategy, io
-from bionemo.lightning._parallel_init import ensure_model_parallel
+from bionemo.lightning._init_args import init_call, record_init_calls
 from bionemo.lightning.megatron_compat import MegatronCompatCallback
-from bionemo.lightning.optimizer import init_adam_state, torch_optimizer_from_config
 from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
+from bionemo.lightning.step_runner import StepRunner, step_runner_for
 from bionemo.lightning.validation_loss import TokenWeightedValidationLoss
-from bionemo.losses import ParallelGroups, all_reduce_sum
+
+if TYPE_CHECKING:
+    from bionemo.lightning._nemo import MegatronOptimizerModule
 
 __all__ = ["BionemoLightningModule"]
 
-
-@dataclasses.dataclass(frozen=True)
-class _LightningStep:
-    """What megatron-event callbacks read of a step when Lightning's own strategy drives the module."""
-
-    trainer: pl.Trainer
-    pl_module: pl.LightningModule
-    num_microbatches: int = 1
+_IO = "_bionemo_nemo_io"
 
 
 class BionemoLightningModule(
     pl.LightningModule,
-    io.IOMixin,
-    io.ConnectorMixin,
     LightningPassthroughPredictionMixin,
     Generic[ModelT, LossT],
 ):
@@ -52,6 +43,11 @@ class BionemoLightningModule(
     fires the same ``on_megatron_reduce_microbatches_end`` callback hook, so callbacks such as
     :class:`bionemo.callbacks.PerplexityLoggingCallback` work under both. The connected optimizer module's
     ``OptimizerConfig`` is honoured with the matching torch optimizer and its ``clip_grad``.
+
+    Every hook that differs between the two hands over to the step runner of the trainer's strategy
+    (:mod:`bionemo.lightning.step_runner`); only the MegatronStrategy one imports NeMo. NeMo's record of the
+    constructor arguments (``__io__``, for its checkpoint context and ``io.reinit``) is made from the recorded
+    call when NeMo asks for it, or at construction when NeMo is already imported (as NeMo's ``IOMixin`` does).
 
     Args:
         config: Builds the model (``configure_model(**model_construct_args)``) and names the loss reduction
@@ -69,7 +65,7 @@ class BionemoLightningModule(
         config: BionemoTrainableModelConfig[ModelT, LossT],
         forward_step: ForwardStep,
         data_step: DataStep,
-        optimizer: MegatronOptimizerModule,
+        optimizer: "MegatronOptimizerModule",
         model_transform: Callable[[ModelT], ModelT | None] | None = None,
         **model_construct_args: Any,
     ) -> None:
@@ -89,17 +85,27 @@ class BionemoLightningModule(
         # configure_optimizers() so Lightning's own strategies get a torch optimizer instead.
         self._megatron_configure_optimizers = self.__dict__.pop("configure_optimizers")
 
-    def io_transform_args(self, init_fn: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-        """Capture the init arguments for NeMo checkpoints, with ``**model_construct_args`` flattened.
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        record_init_calls(cls, _record_nemo_io_if_loaded)
 
-        NeMo's capture stores var-keyword arguments under their parameter name, so ``io.reinit`` would call
-        ``__init__(..., model_construct_args={...})`` and nest them one level deeper each round trip.
+    @property
+    def __io__(self) -> Any:
+        """NeMo's record of the constructor call (a fiddle ``Config``), made from the recorded arguments.
+
+        What NeMo's ``io.IOMixin`` would capture, with ``**model_construct_args`` stored as named arguments (see
+        :func:`bionemo.lightning._nemo.io_capture.io_config`). Building it imports NeMo.
         """
-        captured = super().io_transform_args(init_fn, *args, **kwargs)
-        for key, value in (captured.pop("model_construct_args", None) or {}).items():
-            # Convert each value the way NeMo converts a named argument (IO objects, dataclasses).
-            captured[key] = super().io_transform_args(_one_argument, value)["value"]
-        return captured
+        io = self.__dict__.get(_IO)
+        if io is None:
+            from bionemo.lightning._nemo.io_capture import io_config
+
+            io = self.__dict__[_IO] = io_config(self, init_call(self))
+        return io
+
+    @__io__.setter
+    def __io__(self, value: Any) -> None:
+        self.__dict__[_IO] = value
 
     # --- model -----------------------------------------------------------------------------------------
 
@@ -112,14 +118,7 @@ class BionemoLightningModule(
         """
         if self.module is not None:
             return
-        if not self._megatron_driven():
-            ensure_model_parallel(cuda=self._compute_device().type == "cuda")
-        elif getattr(self.loss_reduction_class, "token_weighted", False) and hasattr(
-            self.config, "calculate_per_token_loss"
-        ):
-            # one objective on every path: the step's global token-weighted mean (megatron's default would
-            # average per-micro-batch means, weighting the tokens of short micro-batches more)
-            self.config.calculate_per_token_loss = True  # type: ignore[attr-defined]
+        self._step_runner().prepare_model(self)
         model = self.config.configure_model(**self.module_construct_args)
         if model is None:
             raise ValueError(f"{type(self.config).__name__}.configure_model() returned None; it must return the model")
@@ -181,31 +180,17 @@ class BionemoLightningModule(
     @override
     def training_step(self, batch: Any, batch_idx: int | None = None) -> Any:
         """Megatron: the model output for this micro-batch. Lightning: the loss to minimize."""
-        if self._megatron_driven():
-            return self.forward_step(batch)
-        loss, mean = self._run_step(batch, self.training_loss_reduction())
-        self.log("reduced_train_loss", mean, prog_bar=True, batch_size=1)
-        return loss
+        return self._step_runner().training_step(self, batch)
 
     @override
     def validation_step(self, batch: Any, batch_idx: int | None = None) -> Any:
         """Megatron: the model output for this micro-batch. Lightning: the reduced validation loss."""
-        if self._megatron_driven():
-            return self.forward_step(batch)
-        with torch.no_grad():
-            _, mean = self._run_step(batch, self.validation_loss_reduction())
-        self.log("val_loss", mean, prog_bar=True, on_epoch=True, batch_size=1)
-        return mean
+        return self._step_runner().validation_step(self, batch)
 
     @override
     def test_step(self, batch: Any, batch_idx: int | None = None) -> Any:
         """Megatron: the model output for this micro-batch. Lightning: the reduced test loss."""
-        if self._megatron_driven():
-            return self.forward_step(batch)
-        with torch.no_grad():
-            _, mean = self._run_step(batch, self.test_loss_reduction())
-        self.log("test_loss", mean, on_epoch=True, batch_size=1)
-        return mean
+        return self._step_runner().test_step(self, batch)
 
     @override
     def predict_step(self, batch: Any, batch_idx: int | None = None, dataloader_idx: int | None = None) -> Any:
@@ -216,16 +201,7 @@ class BionemoLightningModule(
         """
         if _is_empty(batch):
             return None
-        if not self._megatron_driven():
-            batch = self.data_step(iter([batch]))
-        output = self.forward_step(batch)
-        if isinstance(output, Mapping) and isinstance(batch, Mapping) and DEFAULT_INDEX_KEY in batch:
-            output = {**output, DEFAULT_INDEX_KEY: batch[DEFAULT_INDEX_KEY]}
-        if self._megatron_driven():
-            return output
-        reduction = self.predict_loss_reduction()
-        _, reduced = reduction.forward(batch, output)
-        return reduction.reduce([reduced])
+        return self._step_runner().predict_step(self, batch)
 
     # --- loss reductions -------------------------------------------------------------------------------
 
@@ -250,14 +226,7 @@ class BionemoLightningModule(
         Under Megatron the optimizer's Adam state is created at once (:func:`init_adam_state`), so that
         ``fit(ckpt_path=...)`` can load a distributed-optimizer checkpoint into it.
         """
-        if self._megatron_driven():
-            optimizers = self._megatron_configure_optimizers(megatron_parallel=megatron_parallel)
-            for optimizer in optimizers if isinstance(optimizers, (list, tuple)) else [optimizers]:
-                init_adam_state(optimizer)
-            return optimizers
-        optimizer = torch_optimizer_from_config(self.optim.config, self.parameters())
-        scheduler = getattr(self.optim, "lr_scheduler", None)
-        return scheduler(self, optimizer) if scheduler is not None else optimizer
+        return self._step_runner().configure_optimizers(self, megatron_parallel)
 
     @override
     def configure_gradient_clipping(
@@ -270,13 +239,7 @@ class BionemoLightningModule(
 
         Under MegatronStrategy megatron's optimizer clips by ``clip_grad`` itself, so nothing happens here.
         """
-        if self._megatron_driven():
-            return
-        clip = gradient_clip_val if gradient_clip_val is not None else getattr(self.optim.config, "clip_grad", 0.0)
-        if clip:
-            self.clip_gradients(
-                optimizer, gradient_clip_val=clip, gradient_clip_algorithm=gradient_clip_algorithm or "norm"
-            )
+        self._step_runner().clip_gradients(self, optimizer, gradient_clip_val, gradient_clip_algorithm)
 
     @override
     def configure_callbacks(self) -> Sequence[pl.Callback]:
@@ -310,45 +273,22 @@ class BionemoLightningModule(
         """The trainer's device (``--accelerator cpu`` on a GPU machine is the CPU); without a trainer, the module's."""
         return self.trainer.strategy.root_device if self._trainer is not None else self.device
 
-    def _megatron_driven(self) -> bool:
-        trainer = self._trainer
-        return trainer is not None and isinstance(trainer.strategy, MegatronStrategy)
-
-    def _run_step(self, batch: Any, reduction: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """One micro-batch under a Lightning strategy: data step, forward, loss reduction, callback hook.
-
-        Returns the loss to back-propagate and the reduced (global mean) loss to log. For a reduction
-        returning ``(loss_sum, num_tokens, reduced)`` the loss is scaled so that DDP's gradient average is the
-        gradient of the global token-weighted mean.
-        """
-        batch = self.data_step(iter([batch]))
-        output = self.forward_step(batch)
-        result = reduction.forward(batch, output)
-        if len(result) == 3:
-            loss_sum, num_tokens, reduced = result
-            groups = ParallelGroups.current()
-            total = all_reduce_sum(num_tokens.detach().to(torch.float32).clone(), groups.data_context)
-            loss = loss_sum * groups.data_context_size() / total.clamp(min=1.0)
-        else:
-            loss, reduced = result
-        mean = reduction.reduce([reduced])
-        if self._trainer is not None:
-            CallbackConnector(_callbacks(self.trainer)).event(
-                "on_megatron_reduce_microbatches_end",
-                step=_LightningStep(self.trainer, self),
-                loss_reduction=reduction,
-                microbatch_outputs=[reduced],
-                reduced=mean,
-            )
-        return loss, mean
+    def _step_runner(self) -> StepRunner:
+        """The step runner of the trainer's strategy (:func:`~bionemo.lightning.step_runner.step_runner_for`)."""
+        return step_runner_for(self._trainer)
 
 
 def _callbacks(trainer: pl.Trainer) -> list[pl.Callback]:
     return list(getattr(trainer, "callbacks", []))
 
 
-def _one_argument(self: Any, value: Any) -> None:
-    """A signature with one named argument, for converting a single value through NeMo's capture."""
+def _record_nemo_io_if_loaded(module: BionemoLightningModule) -> None:
+    """With NeMo imported, make its record of the constructor call now, before ``__init__`` runs, as IOMixin does."""
+    if "nemo.lightning.io.mixin" in sys.modules:
+        _ = module.__io__
+
+
+record_init_calls(BionemoLightningModule, _record_nemo_io_if_loaded)
 
 
 def _batches_only(dataloader_iter: Iterator[Any]) -> Iterator[Any]:

@@ -1,18 +1,21 @@
 """Optimizers: the default Megatron one, and the torch optimizer that honours the same config off Megatron."""
 
 from collections.abc import Iterable, Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from megatron.core.optimizer import OptimizerConfig
 
-from bionemo.lightning._nemo import MegatronOptimizerModule
+if TYPE_CHECKING:
+    from bionemo.lightning._nemo import MegatronOptimizerModule
 
 __all__ = ["default_megatron_optimizer", "init_adam_state", "torch_optimizer_from_config"]
 
 
-def default_megatron_optimizer() -> MegatronOptimizerModule:
-    """Adam with learning rate 1e-4 and megatron's distributed optimizer."""
+def default_megatron_optimizer() -> "MegatronOptimizerModule":
+    """Adam with learning rate 1e-4 and megatron's distributed optimizer (a NeMo ``MegatronOptimizerModule``)."""
+    from bionemo.lightning._nemo import MegatronOptimizerModule
+
     return MegatronOptimizerModule(
         config=OptimizerConfig(lr=1e-4, optimizer="adam", use_distributed_optimizer=True),
     )

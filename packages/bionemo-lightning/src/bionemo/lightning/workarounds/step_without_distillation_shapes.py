@@ -5,40 +5,34 @@ NeMo 2.7.3's ``MegatronStep.adjust_tensor_shapes_fn`` imports ``nemo.collections
 PP=1 or forward-only steps the function it calls returns ``None`` without looking at anything else; so does
 :class:`StepWithoutDistillationShapes`, without the import (and for PP>1 when that package cannot be imported,
 since then no distillation can be configured). No upstream code is patched: NeMo's ``on_megatron_step_start``
-callback hook may return a replacement step, and :func:`without_distillation_shapes` makes it.
+callback hook may return a replacement step, and :func:`without_distillation_shapes` makes it. The step class
+lives in the NeMo adapter (:mod:`bionemo.lightning._nemo.megatron_step`) and is imported on first use.
 """
 
-import dataclasses
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from megatron.core import parallel_state
-
-from bionemo.lightning._nemo import MegatronStep
 from bionemo.lightning.workarounds.workaround import Workaround
+
+if TYPE_CHECKING:
+    from bionemo.lightning._nemo.megatron_step import StepWithoutDistillationShapes
 
 __all__ = ["STEP_WITHOUT_DISTILLATION_SHAPES", "StepWithoutDistillationShapes", "without_distillation_shapes"]
 
 
-class StepWithoutDistillationShapes(MegatronStep):
-    """A ``MegatronStep`` whose ``adjust_tensor_shapes_fn`` skips the ``nemo.collections.llm`` import when unused."""
+def without_distillation_shapes(step: Any) -> Any:
+    """``step`` (a NeMo ``MegatronStep``) as a :class:`StepWithoutDistillationShapes` with the same field values."""
+    from bionemo.lightning._nemo.megatron_step import without_distillation_shapes as replace
 
-    @property
-    def adjust_tensor_shapes_fn(self) -> Any:  # type: ignore[override]
-        """``None`` unless pipeline-parallel training might use distillation shapes (see the module docstring)."""
-        if self.forward_only or parallel_state.get_pipeline_model_parallel_world_size() == 1:
-            return None
-        try:
-            return super().adjust_tensor_shapes_fn
-        except ImportError:
-            return None
+    return replace(step)
 
 
-def without_distillation_shapes(step: MegatronStep) -> MegatronStep:
-    """``step`` as a :class:`StepWithoutDistillationShapes` with the same field values."""
-    if isinstance(step, StepWithoutDistillationShapes):
-        return step
-    values = {field.name: getattr(step, field.name) for field in dataclasses.fields(step)}
-    return StepWithoutDistillationShapes(**values)
+def __getattr__(name: str) -> Any:
+    """``StepWithoutDistillationShapes``, imported from the NeMo adapter when first asked for."""
+    if name == "StepWithoutDistillationShapes":
+        from bionemo.lightning._nemo.megatron_step import StepWithoutDistillationShapes
+
+        return StepWithoutDistillationShapes
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 STEP_WITHOUT_DISTILLATION_SHAPES = Workaround(

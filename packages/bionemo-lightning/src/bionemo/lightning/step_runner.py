@@ -1,0 +1,222 @@
+"""Who runs a step of ``BionemoLightningModule``: NeMo's MegatronStrategy, or the module under Lightning's own.
+
+The module asks :func:`step_runner_for` for the runner of its trainer's strategy and hands it every step and
+optimizer hook. Two implementations of :class:`StepRunner`:
+
+- :class:`LightningStepRunner` (here, plain Lightning and torch): Lightning's own strategies (CPU, one device,
+  DDP) hand the module whole batches; the runner applies the data step, forward step and loss reduction itself,
+  logs and returns the loss, uses the torch optimizer matching the connected ``OptimizerConfig`` and clips by its
+  ``clip_grad``.
+- ``MegatronStepRunner`` (:mod:`bionemo.lightning._nemo.step_runner`, the NeMo adapter): NeMo's
+  ``MegatronStrategy`` runs the micro-batch loop and the loss reduction; the steps return model outputs and the
+  optimizer is megatron's.
+
+NeMo is imported only when a MegatronStrategy trainer drives the module: :func:`is_megatron_strategy` tells the
+strategy by its class, without importing ``nemo``.
+"""
+
+import dataclasses
+import inspect
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import lightning.pytorch as pl
+import torch
+
+from bionemo.callbacks import DEFAULT_INDEX_KEY
+from bionemo.lightning._parallel_init import ensure_model_parallel
+from bionemo.lightning.optimizer import torch_optimizer_from_config
+from bionemo.losses import ParallelGroups, all_reduce_sum
+
+if TYPE_CHECKING:
+    from bionemo.lightning.module import BionemoLightningModule
+
+__all__ = [
+    "LightningStep",
+    "LightningStepRunner",
+    "StepRunner",
+    "fire_megatron_event",
+    "is_megatron_strategy",
+    "step_runner_for",
+    "with_sample_index",
+]
+
+_MEGATRON_STRATEGY = ("nemo.", "MegatronStrategy")
+
+
+@runtime_checkable
+class StepRunner(Protocol):
+    """What differs between the two ways a ``BionemoLightningModule`` is driven; one method per module hook."""
+
+    def prepare_model(self, module: "BionemoLightningModule") -> None:
+        """Get ready for ``module``'s model to be built (called once, before ``config.configure_model``)."""
+        ...
+
+    def training_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
+        """What ``training_step`` returns: the model output (Megatron) or the loss to minimize (Lightning)."""
+        ...
+
+    def validation_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
+        """What ``validation_step`` returns: the model output (Megatron) or the reduced loss (Lightning)."""
+        ...
+
+    def test_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
+        """What ``test_step`` returns: the model output (Megatron) or the reduced loss (Lightning)."""
+        ...
+
+    def predict_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
+        """What ``predict_step`` returns for a non-empty batch (the model output, with ``sample_index``)."""
+        ...
+
+    def configure_optimizers(self, module: "BionemoLightningModule", megatron_parallel: Any = None) -> Any:
+        """The optimizer(s) (and scheduler) for ``module``."""
+        ...
+
+    def clip_gradients(
+        self,
+        module: "BionemoLightningModule",
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None,
+        gradient_clip_algorithm: str | None,
+    ) -> None:
+        """Clip the gradients before ``optimizer`` steps, or leave it to the optimizer."""
+        ...
+
+
+def is_megatron_strategy(strategy: object) -> bool:
+    """Whether ``strategy`` is (a subclass of) NeMo's ``MegatronStrategy``; imports nothing from ``nemo``."""
+    prefix, name = _MEGATRON_STRATEGY
+    return any(cls.__name__ == name and cls.__module__.startswith(prefix) for cls in type(strategy).__mro__)
+
+
+def step_runner_for(trainer: pl.Trainer | None) -> StepRunner:
+    """The runner for ``trainer``'s strategy; without a trainer, :class:`LightningStepRunner`'s."""
+    if trainer is None or not is_megatron_strategy(trainer.strategy):
+        return LIGHTNING_STEP_RUNNER
+    from bionemo.lightning._nemo.step_runner import MEGATRON_STEP_RUNNER
+
+    return MEGATRON_STEP_RUNNER
+
+
+def with_sample_index(output: Any, batch: Any) -> Any:
+    """``output`` with the batch's ``sample_index`` (each sample's input position) when both are dicts."""
+    if isinstance(output, Mapping) and isinstance(batch, Mapping) and DEFAULT_INDEX_KEY in batch:
+        return {**output, DEFAULT_INDEX_KEY: batch[DEFAULT_INDEX_KEY]}
+    return output
+
+
+@dataclasses.dataclass(frozen=True)
+class LightningStep:
+    """What megatron-event callbacks read of a step when Lightning's own strategy drives the module."""
+
+    trainer: pl.Trainer
+    pl_module: pl.LightningModule
+    num_microbatches: int = 1
+
+
+class LightningStepRunner:
+    """Lightning's own strategies: the module runs data step, forward step and loss reduction per batch."""
+
+    def prepare_model(self, module: "BionemoLightningModule") -> None:
+        """Set up megatron's model-parallel state (size 1), which nobody else does off MegatronStrategy."""
+        ensure_model_parallel(cuda=module._compute_device().type == "cuda")
+
+    def training_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
+        """The loss to back-propagate; logs the reduced loss as ``reduced_train_loss``."""
+        loss, mean = self._run_step(module, batch, module.training_loss_reduction())
+        module.log("reduced_train_loss", mean, prog_bar=True, batch_size=1)
+        return loss
+
+    def validation_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
+        """The reduced validation loss, logged as ``val_loss``."""
+        with torch.no_grad():
+            _, mean = self._run_step(module, batch, module.validation_loss_reduction())
+        module.log("val_loss", mean, prog_bar=True, on_epoch=True, batch_size=1)
+        return mean
+
+    def test_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
+        """The reduced test loss, logged as ``test_loss``."""
+        with torch.no_grad():
+            _, mean = self._run_step(module, batch, module.test_loss_reduction())
+        module.log("test_loss", mean, on_epoch=True, batch_size=1)
+        return mean
+
+    def predict_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
+        """The batch's model output through the module's ``predict_loss_reduction``."""
+        batch = module.data_step(iter([batch]))
+        output = with_sample_index(module.forward_step(batch), batch)
+        reduction = module.predict_loss_reduction()
+        _, reduced = reduction.forward(batch, output)
+        return reduction.reduce([reduced])
+
+    def configure_optimizers(self, module: "BionemoLightningModule", megatron_parallel: Any = None) -> Any:
+        """The torch optimizer matching the connected ``OptimizerConfig``, with its ``lr_scheduler`` if any."""
+        optimizer = torch_optimizer_from_config(module.optim.config, module.parameters())
+        scheduler = getattr(module.optim, "lr_scheduler", None)
+        return scheduler(module, optimizer) if scheduler is not None else optimizer
+
+    def clip_gradients(
+        self,
+        module: "BionemoLightningModule",
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None,
+        gradient_clip_algorithm: str | None,
+    ) -> None:
+        """Clip to the Trainer's ``gradient_clip_val``, else to the optimizer config's ``clip_grad`` (if any)."""
+        clip = gradient_clip_val if gradient_clip_val is not None else getattr(module.optim.config, "clip_grad", 0.0)
+        if clip:
+            module.clip_gradients(
+                optimizer, gradient_clip_val=clip, gradient_clip_algorithm=gradient_clip_algorithm or "norm"
+            )
+
+    def _run_step(
+        self, module: "BionemoLightningModule", batch: Any, reduction: Any
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One micro-batch: data step, forward, loss reduction, ``on_megatron_reduce_microbatches_end``.
+
+        Returns the loss to back-propagate and the reduced (global mean) loss to log. For a reduction
+        returning ``(loss_sum, num_tokens, reduced)`` the loss is scaled so that DDP's gradient average is the
+        gradient of the global token-weighted mean.
+        """
+        batch = module.data_step(iter([batch]))
+        output = module.forward_step(batch)
+        result = reduction.forward(batch, output)
+        if len(result) == 3:
+            loss_sum, num_tokens, reduced = result
+            groups = ParallelGroups.current()
+            total = all_reduce_sum(num_tokens.detach().to(torch.float32).clone(), groups.data_context)
+            loss = loss_sum * groups.data_context_size() / total.clamp(min=1.0)
+        else:
+            loss, reduced = result
+        mean = reduction.reduce([reduced])
+        trainer = module._trainer
+        if trainer is not None:
+            fire_megatron_event(
+                getattr(trainer, "callbacks", []),
+                "on_megatron_reduce_microbatches_end",
+                step=LightningStep(trainer, module),
+                loss_reduction=reduction,
+                microbatch_outputs=[reduced],
+                reduced=mean,
+            )
+        return loss, mean
+
+
+def fire_megatron_event(callbacks: Iterable[object], name: str, **kwargs: Any) -> None:
+    """Call hook ``name`` on each callback that has it, as NeMo's ``CallbackConnector.event`` does.
+
+    Each hook gets the keyword arguments its signature names (all of them if it takes ``**kwargs``).
+    """
+    for callback in callbacks:
+        hook = getattr(callback, name, None)
+        if not callable(hook):
+            continue
+        params = inspect.signature(hook).parameters
+        if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+            hook(**kwargs)
+        else:
+            hook(**{key: value for key, value in kwargs.items() if key in params})
+
+
+LIGHTNING_STEP_RUNNER = LightningStepRunner()
+"""The runner for Lightning's own strategies (it holds no state)."""
