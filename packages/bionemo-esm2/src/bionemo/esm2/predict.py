@@ -189,7 +189,7 @@ def _run_prediction(
         MegatronDataModule,
         default_megatron_optimizer,
     )
-    from bionemo.recipes.trainers import accelerator, build_trainer
+    from bionemo.recipes.trainers import accelerator, build_trainer, uses_megatron
 
     tokenizer = ProteinTokenizer()
     gpu = accelerator(settings) == "gpu"
@@ -200,7 +200,8 @@ def _run_prediction(
         config,
         forward_step=_step(settings, layers, checkpoint.model["num_layers"], unpadded=settings.unpadded),
         data_step=data_step,
-        optimizer=default_megatron_optimizer(),
+        # NeMo (its optimizer module) only where MegatronStrategy runs the prediction: not imported otherwise
+        optimizer=default_megatron_optimizer() if uses_megatron(settings, training=False) else None,
         model_transform=functools.partial(_load_weights, tensors=checkpoint.tensors, dtype=config.params_dtype),
     )
     data = MegatronDataModule(

@@ -54,7 +54,9 @@ class BionemoLightningModule(
             class. Under MegatronStrategy it must also be a megatron ``TransformerConfig``.
         forward_step: ``forward_step(model, batch) -> output``.
         data_step: ``data_step(dataloader_iter) -> batch``: takes one micro-batch, ready for the model.
-        optimizer: A NeMo ``MegatronOptimizerModule``; ``connect``-ed to this module here.
+        optimizer: A NeMo ``MegatronOptimizerModule``; ``connect``-ed to this module here. ``None``: the module
+            only predicts, on Lightning's own strategies (nothing imports NeMo for it); training and
+            MegatronStrategy need one.
         model_transform: Applied to the model right after it is built (PEFT/LoRA adapters, freezing, ...);
             its return value replaces the model, ``None`` meaning it changed the model in place.
         **model_construct_args: Passed to ``config.configure_model``.
@@ -65,7 +67,7 @@ class BionemoLightningModule(
         config: BionemoTrainableModelConfig[ModelT, LossT],
         forward_step: ForwardStep,
         data_step: DataStep,
-        optimizer: "MegatronOptimizerModule",
+        optimizer: "MegatronOptimizerModule | None",
         model_transform: Callable[[ModelT], ModelT | None] | None = None,
         **model_construct_args: Any,
     ) -> None:
@@ -80,10 +82,12 @@ class BionemoLightningModule(
         # Stored privately: NeMo treats a public `model_transform` as one its ModelTransform callback applies.
         self._model_transform = model_transform
         self.optim = optimizer
-        self.optim.connect(self)
-        # connect() binds the Megatron optimizer factory as an instance attribute; keep it and dispatch in
-        # configure_optimizers() so Lightning's own strategies get a torch optimizer instead.
-        self._megatron_configure_optimizers = self.__dict__.pop("configure_optimizers")
+        self._megatron_configure_optimizers: Callable[..., Any] | None = None
+        if optimizer is not None:
+            optimizer.connect(self)
+            # connect() binds the Megatron optimizer factory as an instance attribute; keep it and dispatch in
+            # configure_optimizers() so Lightning's own strategies get a torch optimizer instead.
+            self._megatron_configure_optimizers = self.__dict__.pop("configure_optimizers")
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)

@@ -151,6 +151,11 @@ class LightningStepRunner:
 
     def configure_optimizers(self, module: "BionemoLightningModule", megatron_parallel: Any = None) -> Any:
         """The torch optimizer matching the connected ``OptimizerConfig``, with its ``lr_scheduler`` if any."""
+        if module.optim is None:
+            raise ValueError(
+                "BionemoLightningModule(optimizer=None) can only predict; pass a MegatronOptimizerModule "
+                "(e.g. bionemo.lightning.default_megatron_optimizer()) to train"
+            )
         optimizer = torch_optimizer_from_config(module.optim.config, module.parameters())
         scheduler = getattr(module.optim, "lr_scheduler", None)
         return scheduler(module, optimizer) if scheduler is not None else optimizer
@@ -163,7 +168,8 @@ class LightningStepRunner:
         gradient_clip_algorithm: str | None,
     ) -> None:
         """Clip to the Trainer's ``gradient_clip_val``, else to the optimizer config's ``clip_grad`` (if any)."""
-        clip = gradient_clip_val if gradient_clip_val is not None else getattr(module.optim.config, "clip_grad", 0.0)
+        configured = getattr(getattr(module.optim, "config", None), "clip_grad", 0.0)
+        clip = gradient_clip_val if gradient_clip_val is not None else configured
         if clip:
             module.clip_gradients(
                 optimizer, gradient_clip_val=clip, gradient_clip_algorithm=gradient_clip_algorithm or "norm"

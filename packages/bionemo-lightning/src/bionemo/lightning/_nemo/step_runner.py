@@ -27,8 +27,14 @@ class MegatronStepRunner:
         """Make megatron train the step's global token-weighted mean for token-weighted loss reductions.
 
         Megatron's default averages per-micro-batch means, weighting the tokens of short micro-batches more;
-        ``calculate_per_token_loss`` gives one objective on every path.
+        ``calculate_per_token_loss`` gives one objective on every path. NeMo reads the optimizer module's
+        config even to predict, so the module must have one.
         """
+        if module.optim is None:
+            raise ValueError(
+                "MegatronStrategy needs BionemoLightningModule's optimizer (NeMo reads its config even to predict); "
+                "optimizer=None works on Lightning's own strategies only"
+            )
         if getattr(module.loss_reduction_class, "token_weighted", False) and hasattr(
             module.config, "calculate_per_token_loss"
         ):
@@ -56,7 +62,10 @@ class MegatronStepRunner:
         The state is made up front (:func:`~bionemo.lightning.init_adam_state`), so that ``fit(ckpt_path=...)`` can
         load a distributed-optimizer checkpoint into it.
         """
-        optimizers = module._megatron_configure_optimizers(megatron_parallel=megatron_parallel)
+        configure = module._megatron_configure_optimizers
+        if configure is None:  # prepare_model refused this already; kept for the type checker
+            raise ValueError("MegatronStrategy needs BionemoLightningModule's optimizer")
+        optimizers = configure(megatron_parallel=megatron_parallel)
         for optimizer in optimizers if isinstance(optimizers, list | tuple) else [optimizers]:
             init_adam_state(optimizer)
         return optimizers
