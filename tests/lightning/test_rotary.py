@@ -130,3 +130,26 @@ def test_triton_kernel_forward_and_backward_equal_the_eager_arithmetic(monkeypat
     apply_rotary(leaf, cos.float(), sin.float()).backward(grad.float())
     assert leaf.grad is not None
     torch.testing.assert_close(kernel.rotate_strided(grad, cos, sin, backward=True).float(), leaf.grad, **tolerance)
+
+
+def test_cosines_and_sines_are_made_once_per_angles_tensor_not_per_layer(monkeypatch):
+    """Every layer of a forward gets the same angles tensor: one rotary_tables call for the whole block."""
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.transformer_block import TransformerBlock
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    from bionemo.lightning import rotary, sdpa_layer_spec
+
+    ensure_model_parallel()
+    calls = []
+    monkeypatch.setattr(rotary, "rotary_tables", lambda f, d: calls.append(d) or rotary_tables(f, d))
+    config = TransformerConfig(num_layers=3, hidden_size=32, num_attention_heads=4, use_cpu_initialization=True)
+    block = TransformerBlock(config, spec=sdpa_layer_spec(AttnMaskType.padding)).eval()
+    freqs = angles(7, 8, 1, 1)
+    with torch.no_grad():
+        block(torch.randn(7, 2, 32), None, rotary_pos_emb=freqs)
+        assert len(calls) == 1
+        block(torch.randn(7, 2, 32), None, rotary_pos_emb=freqs)  # the model's cached angles: still one
+        assert len(calls) == 1
+        block(torch.randn(7, 2, 32), None, rotary_pos_emb=freqs.clone())  # other angles: made again
+        assert len(calls) == 2

@@ -18,6 +18,7 @@ Switch: ``BIONEMO_FUSED_ROPE=0`` runs the eager arithmetic on GPUs too.
 
 import functools
 import os
+import weakref
 from typing import Any
 
 import torch
@@ -33,6 +34,25 @@ def rotary_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor
     """
     angles = freqs.reshape(freqs.shape[0], freqs.shape[-1])
     return angles.cos().to(dtype).contiguous(), angles.sin().to(dtype).contiguous()
+
+
+_last_tables: tuple[weakref.ref, torch.dtype, tuple[torch.Tensor, torch.Tensor]] | None = None
+
+
+def _shared_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rotary_tables` of ``freqs``, computed once while the same angles tensor comes back.
+
+    Every layer of a forward gets the model's one angles tensor (and a model caches it per sequence length), so
+    the cosines and sines are made once instead of once per layer. Held by a weak reference: a new tensor, or a
+    freed one, recomputes.
+    """
+    global _last_tables
+    cached = _last_tables
+    if cached is not None and cached[0]() is freqs and cached[1] == dtype and freqs._version == 0:
+        return cached[2]
+    tables = rotary_tables(freqs, dtype)
+    _last_tables = (weakref.ref(freqs), dtype, tables)
+    return tables
 
 
 @functools.cache
@@ -107,7 +127,7 @@ class RotarySelfAttention(SelfAttention):
         if self._angles is None or not split_qkv:
             return out
         query, key, value = out
-        cos, sin = rotary_tables(self._angles, query.dtype)
+        cos, sin = _shared_tables(self._angles, query.dtype)
         return apply_rotary(query, cos, sin), apply_rotary(key, cos, sin), value
 
     def _handles(self, angles: Any, kwargs: dict[str, Any]) -> bool:
