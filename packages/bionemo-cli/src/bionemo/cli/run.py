@@ -105,7 +105,7 @@ UnpaddedOpt = Annotated[
     typer.Option(
         "--unpadded",
         help="Concatenate each batch's sequences without padding (variable-length flash attention; "
-        "GPUs in bf16/fp16, no pipeline parallelism). Same outputs; not yet benchmarked.",
+        "GPUs in bf16/fp16, no pipeline or context parallelism). Same outputs, less GPU time.",
     ),
 ]
 
