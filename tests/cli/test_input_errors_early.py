@@ -187,9 +187,9 @@ def test_the_model_keys_accepted_without_importing_esm2config_are_its_fields():
     import dataclasses
 
     from bionemo.esm2.model import ESM2Config
-    from bionemo.esm2.train import _MODEL_KEYS
+    from bionemo.esm2.recipes import MODEL_KEYS
 
-    assert _MODEL_KEYS.issubset(field.name for field in dataclasses.fields(ESM2Config))
+    assert MODEL_KEYS.issubset(field.name for field in dataclasses.fields(ESM2Config))
 
 
 def test_checking_the_output_dir_without_creating_it_refuses_what_creating_would(tmp_path):

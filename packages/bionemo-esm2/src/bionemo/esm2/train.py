@@ -274,17 +274,12 @@ def check_same_shape(found: Mapping[str, Any], wanted: Mapping[str, Any], recipe
     )
 
 
-_MODEL_KEYS = MODEL_KEYS
-"""``ESM2Config``'s own fields (:class:`~bionemo.esm2.recipes.ESM2ModelSettings`): model settings known valid
-without importing it (and megatron-core with it)."""
-
-
 def _checked_model(model: dict[str, Any]) -> dict[str, Any]:
     """``model`` if every key is an ``ESM2Config`` field, else a SettingsError listing the valid ones.
 
-    ``ESM2Config`` (megatron-core) is imported only for keys outside :data:`_MODEL_KEYS`.
+    ``ESM2Config`` (megatron-core) is imported only for keys outside :data:`~bionemo.esm2.recipes.MODEL_KEYS`.
     """
-    if _MODEL_KEYS.issuperset(model):
+    if MODEL_KEYS.issuperset(model):
         return model
     import dataclasses
 

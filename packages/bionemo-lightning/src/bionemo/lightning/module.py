@@ -15,7 +15,7 @@ from bionemo.core import BionemoTrainableModelConfig, DataStep, ForwardStep, Los
 from bionemo.lightning._init_args import init_call, record_init_calls
 from bionemo.lightning.megatron_compat import MegatronCompatCallback
 from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
-from bionemo.lightning.step_runner import StepRunner, step_runner_for
+from bionemo.lightning.step_runner import StepRunner, step_runner_for, trainer_callbacks
 from bionemo.lightning.validation_loss import TokenWeightedValidationLoss
 
 if TYPE_CHECKING:
@@ -253,7 +253,7 @@ class BionemoLightningModule(
         work-arounds the stage needs and removes them at teardown. To leave some out, give the Trainer a
         ``MegatronCompatCallback(skip=[...])`` (or set ``BIONEMO_SKIP_WORKAROUNDS``).
         """
-        present = _callbacks(self.trainer) if self._trainer is not None else []
+        present = trainer_callbacks(self.trainer) if self._trainer is not None else []
         wanted = (MegatronCompatCallback, TokenWeightedValidationLoss)
         return [kind() for kind in wanted if not any(isinstance(cb, kind) for cb in present)]
 
@@ -262,7 +262,7 @@ class BionemoLightningModule(
         """Lightning's ``log``, except per-step ``val_loss`` while :class:`TokenWeightedValidationLoss` logs it."""
         weighted = name == "val_loss" and self._trainer is not None
         if weighted and any(
-            isinstance(cb, TokenWeightedValidationLoss) and cb.active for cb in _callbacks(self.trainer)
+            isinstance(cb, TokenWeightedValidationLoss) and cb.active for cb in trainer_callbacks(self.trainer)
         ):
             return
         super().log(name, value, *args, **kwargs)
@@ -280,10 +280,6 @@ class BionemoLightningModule(
     def _step_runner(self) -> StepRunner:
         """The step runner of the trainer's strategy (:func:`~bionemo.lightning.step_runner.step_runner_for`)."""
         return step_runner_for(self._trainer)
-
-
-def _callbacks(trainer: pl.Trainer) -> list[pl.Callback]:
-    return list(getattr(trainer, "callbacks", []))
 
 
 def _record_nemo_io_if_loaded(module: BionemoLightningModule) -> None:

@@ -38,6 +38,7 @@ __all__ = [
     "fire_megatron_event",
     "is_megatron_strategy",
     "step_runner_for",
+    "trainer_callbacks",
     "with_sample_index",
 ]
 
@@ -198,7 +199,7 @@ class LightningStepRunner:
         trainer = module._trainer
         if trainer is not None:
             fire_megatron_event(
-                getattr(trainer, "callbacks", []),
+                trainer_callbacks(trainer),
                 "on_megatron_reduce_microbatches_end",
                 step=LightningStep(trainer, module),
                 loss_reduction=reduction,
@@ -206,6 +207,11 @@ class LightningStepRunner:
                 reduced=mean,
             )
         return loss, mean
+
+
+def trainer_callbacks(trainer: pl.Trainer) -> list[pl.Callback]:
+    """The trainer's callbacks (none for a stand-in trainer without them)."""
+    return list(getattr(trainer, "callbacks", []))
 
 
 def fire_megatron_event(callbacks: Iterable[object], name: str, **kwargs: Any) -> None:
