@@ -101,11 +101,12 @@ OutputDtypeOpt = Annotated[
     typer.Option("--output-dtype", help="Type of written embeddings and logits. Default: float32."),
 ]
 UnpaddedOpt = Annotated[
-    bool,
+    bool | None,
     typer.Option(
-        "--unpadded",
-        help="Concatenate each batch's sequences without padding (variable-length flash attention; "
-        "GPUs in bf16/fp16, no pipeline or context parallelism). Same outputs, less GPU time.",
+        "--unpadded/--padded",
+        help="Batches without padding (variable-length flash attention: GPUs in bf16/fp16, no model "
+        "parallelism) or padded. Same outputs. Default: unpadded wherever it can run.",
+        show_default=False,
     ),
 ]
 
@@ -245,9 +246,9 @@ def predict(
     tokens_per_batch: TokensPerBatchOpt = None,
     layer: LayerOpt = None,
     output_dtype: OutputDtypeOpt = None,
-    unpadded: UnpaddedOpt = False,
+    unpadded: UnpaddedOpt = None,
 ) -> None:
     """Predict per-sequence outputs; with no options, the bundled demo sequences with the bundled weights."""
     overrides = {k: v for k, v in locals().items() if k not in ("config", "verbose")}
-    overrides.update(truncate=truncate or None, unpadded=unpadded or None)  # unset flags: the config decides
+    overrides.update(truncate=truncate or None)  # unset flags (None): the config decides
     _run("predict", config, overrides, verbose)

@@ -64,10 +64,7 @@ def make_predict_step(
         real = batch["attention_mask"]
         if embeddings or logits or residues or cls or wanted:
             token_logits, hidden, extra = _forward(model, batch, wanted, unpadded=unpadded, output_logits=logits)
-            residue_mask = real.clone()
-            residue_mask[:, 0] = False  # <cls>
-            residue_mask[torch.arange(len(real), device=real.device), real.sum(dim=1) - 1] = False  # <eos>
-            weights = residue_mask.unsqueeze(-1).float()
+            weights = _residue_mask(real).unsqueeze(-1).float()
             per_layer = {"": hidden, **{f".layer{k}": hidden if k == last else extra[k] for k in layers}}
             for suffix, states in per_layer.items():
                 states = states.transpose(0, 1).float() * weights  # [b, s, h], zero outside residues
@@ -92,6 +89,17 @@ def make_predict_step(
         return out
 
     return predict_step
+
+
+def _residue_mask(real: torch.Tensor) -> torch.Tensor:
+    """``[b, s]`` True at residues: real tokens but ``<cls>`` (position 0) and ``<eos>`` (each row's last).
+
+    Comparisons only: an indexed assignment of a Python scalar waits for the device (one sync per batch, the
+    loop's only one: tools/profile_predict_loop.py --sync-debug).
+    """
+    positions = torch.arange(real.shape[1], device=real.device)
+    eos = real.sum(dim=1, keepdim=True) - 1
+    return real.bool() & (positions > 0) & (positions < eos)
 
 
 def _forward(

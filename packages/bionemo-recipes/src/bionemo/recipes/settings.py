@@ -65,8 +65,9 @@ class RunSettings(BaseModel):
     layer: list[int] = Field(default_factory=list)
     """Extra layers to output (0 = embedding output, num_layers = after the final LayerNorm, negatives from the end)."""
     output_dtype: OutputDtype = OutputDtype.FLOAT32
-    unpadded: bool = False
-    """Predict on the sequences concatenated without padding (variable-length flash attention: GPUs, bf16/fp16)."""
+    unpadded: bool | None = None
+    """Predict on the sequences concatenated without padding (variable-length flash attention: GPUs, bf16/fp16);
+    ``None``: wherever the run can (one model replica per GPU, CUDA, bf16/fp16, a torch with varlen attention)."""
 
     def model_parallel_size(self) -> int:
         """Tensor x pipeline x context parallel ranks per model replica."""
