@@ -5,10 +5,13 @@ import sys
 import pytest
 import torch
 
+from bionemo.core.skip_unified_memory_build import SWITCH
+
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the quirk exists only on GPU-less machines")
-def test_megatron_imports_after_prepare_in_a_clean_process():
+def test_megatron_imports_after_prepare_in_a_clean_process_without_the_build_skip():
     env = {k: v for k, v in os.environ.items() if k not in ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME")}
+    env[SWITCH] = "1"  # megatron builds its extension: the environment variables make the build fail cleanly
     code = (
         "from bionemo.core.megatron_env import prepare_megatron_import\n"
         "assert prepare_megatron_import()\n"
@@ -20,9 +23,24 @@ def test_megatron_imports_after_prepare_in_a_clean_process():
     assert "imported" in result.stdout
 
 
+def test_with_the_build_skip_no_environment_variable_is_set():
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCH_CUDA_ARCH_LIST", "CUDA_HOME", SWITCH)}
+    code = (
+        "import os\n"
+        "from bionemo.core.megatron_env import prepare_megatron_import\n"
+        "assert not prepare_megatron_import()\n"
+        "import megatron.core.parallel_state\n"
+        "print(os.environ.get('CUDA_HOME'), os.environ.get('TORCH_CUDA_ARCH_LIST'))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.split() == ["None", "None"]
+
+
 def test_prepare_keeps_user_values(monkeypatch):
     from bionemo.core.megatron_env import prepare_megatron_import
 
+    monkeypatch.setenv(SWITCH, "1")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
     needed = prepare_megatron_import()
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"

@@ -1,15 +1,17 @@
-"""Make ``import megatron.core`` work on machines that have the CUDA compiler but no GPU.
+"""Make ``import megatron.core`` quick everywhere, and possible on machines with the CUDA compiler but no GPU.
 
 megatron-core 0.15.3 JIT-compiles a CUDA extension while it is imported
-(``megatron/core/inference/unified_memory.py``) and only catches ``RuntimeError``/``ImportError``/``OSError``.
-On a machine with ``nvcc`` but no GPU the build raises ``IndexError`` (no device to read an arch from), so
-the import fails. Giving the build an explicit arch list and a missing ``CUDA_HOME`` makes it skip
-cleanly. Nothing changes on a machine with a GPU.
+(``megatron/core/inference/unified_memory.py``): 15-30 s on every import on an H200 machine, where the build
+fails each time. :mod:`bionemo.core.skip_unified_memory_build` skips that build (its module says how to switch it
+off). Where it is not applied (another megatron-core version, or switched off) and the machine has ``nvcc`` but no
+GPU, the build raises ``IndexError`` (no device to read an arch from), which megatron does not catch: an explicit
+arch list and a missing ``CUDA_HOME`` make it fail cleanly instead.
 """
 
 import os
 
 from bionemo.core.cuda_devices import cuda_available
+from bionemo.core.skip_unified_memory_build import skip_unified_memory_build
 
 __all__ = ["prepare_megatron_import"]
 
@@ -17,15 +19,16 @@ _MISSING_CUDA_HOME = "/nonexistent/bionemo-no-gpu-cuda-home"
 
 
 def prepare_megatron_import() -> bool:
-    """Set the two environment variables that let megatron-core import on a GPU-less machine.
+    """Arm the unified-memory build skip; without it, on a GPU-less machine, set two environment variables.
 
-    Call before the first ``import megatron.core``. Values the user already set are kept. Where the environment
-    shows no GPU at all this imports nothing (see ``bionemo.core.cuda_devices``); elsewhere torch decides.
+    Call before the first ``import megatron.core``; imports neither torch nor megatron. Values the user already
+    set are kept. Where the environment shows no GPU at all this imports nothing (see
+    ``bionemo.core.cuda_devices``); elsewhere torch decides.
 
     Returns:
-        ``True`` when the variables were needed (no CUDA device visible), ``False`` otherwise.
+        ``True`` when the environment variables were set (build skip not armed, no CUDA device visible).
     """
-    if cuda_available():
+    if skip_unified_memory_build() or cuda_available():
         return False
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
     os.environ.setdefault("CUDA_HOME", _MISSING_CUDA_HOME)

@@ -203,7 +203,7 @@ def _run_prediction(
     config = model_config(checkpoint.model, settings, training=False)
     module = BionemoLightningModule(
         config,
-        forward_step=_step(settings, layers, checkpoint.model["num_layers"], unpadded=settings.unpadded),
+        forward_step=_step(settings, layers, checkpoint.model["num_layers"], unpadded=bool(settings.unpadded)),
         data_step=data_step,
         # NeMo (its optimizer module) only where MegatronStrategy runs the prediction: not imported otherwise
         optimizer=default_megatron_optimizer() if uses_megatron(settings, training=False) else None,
