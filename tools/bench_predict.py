@@ -89,11 +89,13 @@ def save_random_hf(folder: Path, shape: ModelShape, seed: int) -> None:
     EsmForMaskedLM(config).save_pretrained(folder, safe_serialization=True)
 
 
-def hf_plans(lengths: list[int], batch_sizes: list[int], budgets: list[int]) -> dict[str, list[list[int]]]:
+def hf_plans(
+    lengths: list[int], batch_sizes: list[int], budgets: list[int], input_order: bool = True
+) -> dict[str, list[list[int]]]:
     """Batches of sequence indices per batching option (length-sorted ones longest first)."""
     chunk = lambda order, size: [order[i : i + size] for i in range(0, len(order), size)]  # noqa: E731
     by_length = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    plans = {"input order, batch 32": chunk(list(range(len(lengths))), 32)}
+    plans = {"input order, batch 32": chunk(list(range(len(lengths))), 32)} if input_order else {}
     plans |= {f"sorted, batch {size}": chunk(by_length, size) for size in batch_sizes}
     for budget in budgets:
         batches: list[list[int]] = []
@@ -138,7 +140,9 @@ def bench_hf(folder: Path, sequences: list[str], args: argparse.Namespace, token
     model = EsmModel.from_pretrained(folder, dtype=dtype, attn_implementation="sdpa", add_pooling_layer=False)
     model = model.eval().to(device)  # pyright: ignore[reportArgumentType]
     encoded = [TOKENIZER.encode(s) for s in sequences]
-    plans = hf_plans([len(s) for s in sequences], args.hf_batch_sizes, args.hf_token_budgets)
+    plans = hf_plans(
+        [len(s) for s in sequences], args.hf_batch_sizes, args.hf_token_budgets, not args.hf_no_input_order
+    )
     results: dict[str, float | str] = {}
     for name, batches in plans.items():
         try:
@@ -256,6 +260,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--hf-token-budgets", type=ints, default=[32768, 65536])
     parser.add_argument("--out", type=Path, default=None, help="logs, FASTA, models (default: a new temp dir)")
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument(
+        "--hf-no-input-order", action="store_true", help="leave out HF's input-order batches (never its best; slow)"
+    )
     parser.add_argument(
         "--ours-flags", type=shlex.split, default=[], help="more `run predict` flags, e.g. --ours-flags=--unpadded"
     )
