@@ -153,3 +153,20 @@ def test_cosines_and_sines_are_made_once_per_angles_tensor_not_per_layer(monkeyp
         assert len(calls) == 1
         block(torch.randn(7, 2, 32), None, rotary_pos_emb=freqs.clone())  # other angles: made again
         assert len(calls) == 2
+        freqs.mul_(1.0)  # changed in place: made again
+        block(torch.randn(7, 2, 32), None, rotary_pos_emb=freqs)
+        assert len(calls) == 3
+
+
+def test_angles_made_under_inference_mode_are_shared_too(monkeypatch):
+    """Unpadded prediction makes its angles inside ``torch.inference_mode`` (no version counter to read)."""
+    from bionemo.lightning import rotary
+
+    calls = []
+    monkeypatch.setattr(rotary, "rotary_tables", lambda f, d: calls.append(d) or rotary_tables(f, d))
+    with torch.inference_mode():
+        freqs = angles(7, 8, 1, 1)
+        first = rotary._shared_tables(freqs, torch.bfloat16)
+        assert rotary._shared_tables(freqs, torch.bfloat16) is first
+        rotary._shared_tables(freqs.clone(), torch.bfloat16)
+    assert len(calls) == 2

@@ -36,7 +36,7 @@ def rotary_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor
     return angles.cos().to(dtype).contiguous(), angles.sin().to(dtype).contiguous()
 
 
-_last_tables: tuple[weakref.ref, torch.dtype, tuple[torch.Tensor, torch.Tensor]] | None = None
+_last_tables: tuple[weakref.ref, torch.dtype, int, tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
 def _shared_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -44,14 +44,16 @@ def _shared_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tenso
 
     Every layer of a forward gets the model's one angles tensor (and a model caches it per sequence length), so
     the cosines and sines are made once instead of once per layer. Held by a weak reference: a new tensor, or a
-    freed one, recomputes.
+    freed one, recomputes; so does one changed in place since (its version counter; tensors made under
+    ``torch.inference_mode`` have none: identity decides).
     """
     global _last_tables
     cached = _last_tables
-    if cached is not None and cached[0]() is freqs and cached[1] == dtype and freqs._version == 0:
-        return cached[2]
+    version = -1 if freqs.is_inference() else freqs._version
+    if cached is not None and cached[0]() is freqs and cached[1] == dtype and cached[2] == version:
+        return cached[3]
     tables = rotary_tables(freqs, dtype)
-    _last_tables = (weakref.ref(freqs), dtype, tables)
+    _last_tables = (weakref.ref(freqs), dtype, version, tables)
     return tables
 
 
