@@ -37,3 +37,24 @@ def test_unmeasured_checkpoint_perplexity_is_null_in_summary_json_and_not_printe
     printed = result.output[result.output.index("bionemo run predict") :]
     assert not re.search(r"\bnan\b", printed, re.IGNORECASE), printed
     assert "not recorded" in printed
+
+
+def test_summary_separates_the_first_batch_from_the_rest_of_the_loop(tmp_path):
+    """The first batch pays one-time costs (workers, first kernels); the speed after it is reported too."""
+    out = tmp_path / "out"
+    args = ["run", "predict", "--include", "embeddings", "--micro-batch-size", "4", "--output-dir", str(out)]
+    result = runner.invoke(app, args, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=_no_constants)
+    assert 0 < summary["first_batch_seconds"] < summary["predict_seconds"]
+    assert summary["tokens_per_second_after_first_batch"] > 0
+    assert "speed after the first batch" in result.output
+
+
+def test_speed_after_the_first_batch_leaves_out_its_tokens_and_seconds():
+    from bionemo.esm2.predict import _after_first_batch
+
+    timing = {"tokens": 1000, "predict_seconds": 3.0, "first_batch_seconds": 1.0, "first_batches_tokens": 200}
+    assert _after_first_batch(timing) == 400.0
+    assert _after_first_batch({**timing, "first_batches_tokens": 1000}) is None  # one batch: nothing after it
+    assert _after_first_batch({**timing, "first_batch_seconds": None}) is None

@@ -1,6 +1,7 @@
 """Seconds spent inside a prediction loop, without start-up (process groups, model build, weights) or clean-up."""
 
 import time
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
@@ -13,12 +14,15 @@ class LoopTimer(pl.Callback):
     """Times ``trainer.predict``'s loop: from ``on_predict_start`` to ``on_predict_end``.
 
     At both ends CUDA is synchronized and every rank waits for the others, so the time covers the slowest rank.
-    ``seconds`` is ``None`` until a loop has ended.
+    ``seconds`` is ``None`` until a loop has ended. ``first_batch_seconds``: from the start to the end of this
+    rank's first batch (CUDA synchronized once more there), the part of the loop that pays one-time costs (data
+    workers starting, first kernel launches and compilations); ``None`` before it.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.seconds: float | None = None
+        self.first_batch_seconds: float | None = None
         self._start = 0.0
 
     @override
@@ -26,6 +30,16 @@ class LoopTimer(pl.Callback):
         _synchronize()
         trainer.strategy.barrier("loop_timer_start")
         self._start = time.perf_counter()
+        self.first_batch_seconds = None
+
+    @override
+    def on_predict_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int,
+        dataloader_idx: int = 0,
+    ) -> None:  # fmt: skip
+        if self.first_batch_seconds is None:
+            _synchronize()
+            self.first_batch_seconds = time.perf_counter() - self._start
 
     @override
     def on_predict_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

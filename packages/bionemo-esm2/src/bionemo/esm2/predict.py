@@ -198,6 +198,7 @@ def _run_prediction(
 
     tokenizer = ProteinTokenizer()
     gpu = accelerator(settings) == "gpu"
+    plan = _plan(settings, defaults, records, todo)
     # No GPU_FUSIONS here: measured on an H200 (tools/bench_predict.py, 150M shape), RoPE compiled for the
     # varying shapes of length-sorted batches cost more (297k tokens/s, start-up +12 s) than it saved (324k).
     config = model_config(checkpoint.model, settings, training=False)
@@ -217,7 +218,7 @@ def _run_prediction(
         pin_memory=gpu,
         predict=PredictionBatches(
             PredictionDataset(records, tokenizer, masked=Include.PERPLEXITY in settings.include),
-            _plan(settings, defaults, records, todo),
+            plan,
             tokenizer.pad_id,
         ),
     )
@@ -228,7 +229,14 @@ def _run_prediction(
     trainer.predict(module, datamodule=data, return_predictions=False)
     trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
     tokens = sum(len(records[i].sequence) + 2 for i in todo)
-    return {"rank": trainer.global_rank, "tokens": tokens, "predict_seconds": clock.seconds}
+    first_batches = plan[: trainer.world_size]  # each rank's first (batches are dealt round-robin)
+    return {
+        "rank": trainer.global_rank,
+        "tokens": tokens,
+        "predict_seconds": clock.seconds,
+        "first_batch_seconds": clock.first_batch_seconds,
+        "first_batches_tokens": sum(len(records[i].sequence) + 2 for batch in first_batches for i in batch),
+    }
 
 
 def _load_weights(model: Any, tensors: dict[str, Any], dtype: Any) -> Any:
@@ -305,6 +313,8 @@ def _summarize(
         "tokens": timing.get("tokens", 0),
         "predict_seconds": seconds,
         "tokens_per_second": timing["tokens"] / seconds if seconds else None,
+        "first_batch_seconds": timing.get("first_batch_seconds"),
+        "tokens_per_second_after_first_batch": _after_first_batch(timing),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
     rows = [("sequences", str(len(records)) + (f" ({truncated} cut by --truncate)" if truncated else ""))]
@@ -320,6 +330,10 @@ def _summarize(
     if seconds:
         speed = f"{summary['tokens_per_second']:,.0f} tokens/s ({timing['tokens']:,} tokens in {seconds:.1f} s)"
         rows.append(("speed", speed))
+        steady = summary["tokens_per_second_after_first_batch"]
+        if steady:
+            first = timing["first_batch_seconds"]
+            rows.append(("speed after the first batch", f"{steady:,.0f} tokens/s (the first took {first:.1f} s)"))
     return [
         *rows,
         ("checkpoint", f"{checkpoint.path} ({checkpoint.source})"),
@@ -328,6 +342,15 @@ def _summarize(
         ("contents", ", ".join(["sequence ids", *keys])),
         ("summary", str(out / "summary.json")),
     ]
+
+
+def _after_first_batch(timing: dict[str, Any]) -> float | None:
+    """Tokens/s of the loop after each rank's first batch (``None`` when there was no second batch)."""
+    seconds, first = timing.get("predict_seconds"), timing.get("first_batch_seconds")
+    tokens = timing.get("tokens", 0) - timing.get("first_batches_tokens", 0)
+    if not seconds or first is None or seconds <= first or tokens <= 0:
+        return None
+    return tokens / (seconds - first)
 
 
 def _pair(metadata: dict[str, Any]) -> str:
