@@ -200,17 +200,23 @@ def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> Modul
 
     Self-attention is :class:`bionemo.lightning.rotary.RotarySelfAttention` (megatron's, with a fused RoPE); the
     linear layers add their bias inside the matrix multiply without tensor parallelism
-    (:mod:`bionemo.lightning.fused_bias_linear`).
+    (:mod:`bionemo.lightning.fused_bias_linear`); the layers' LayerNorms are :mod:`bionemo.lightning.layer_norm`'s
+    (torch's unless ``BIONEMO_TRITON_LAYERNORM=1``).
 
     Args:
         attn_mask_type: ``causal`` for decoders (GPT), ``padding`` for bidirectional encoders (BERT, ESM-2).
     """
     from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
     from bionemo.lightning.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
+    from bionemo.lightning.layer_norm import local_layer_norm
     from bionemo.lightning.rotary import RotarySelfAttention
 
     spec = get_gpt_layer_local_spec()
+    for name in ("input_layernorm", "pre_mlp_layernorm"):  # torch's LayerNorm (no Apex): the Triton one if switched on
+        if getattr(spec.submodules, name) is WrappedTorchNorm:
+            setattr(spec.submodules, name, local_layer_norm)
     spec.submodules.self_attention.module = RotarySelfAttention
     attention, mlp = spec.submodules.self_attention.submodules, spec.submodules.mlp.submodules
     attention.linear_qkv, attention.linear_proj = FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear

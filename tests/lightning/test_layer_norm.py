@@ -1,0 +1,90 @@
+"""TritonLayerNorm: torch's LayerNorm with a one-pass Triton forward for gradient-free CUDA calls (switch-gated).
+
+The kernel runs here under Triton's CPU interpreter; its GPU run is tests/gpu/test_layer_norm_gpu.py.
+"""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from bionemo.lightning import ensure_model_parallel
+from bionemo.lightning.layer_norm import SWITCH, TritonLayerNorm, local_layer_norm
+
+# In a process started with TRITON_INTERPRET=1 (Triton's own jit helpers, e.g. tl.sum's, are interpreted only when
+# it is set before triton is imported): the kernel on CPU tensors against torch's LayerNorm in fp32
+# (error relative to 1 + |reference|).
+CHILD = """
+import json, sys
+import torch
+import torch.nn.functional as F
+from bionemo.lightning._layer_norm_triton import layer_norm_rows
+errors = {}
+for width, name in ((64, "float32"), (12, "float32"), (64, "bfloat16")):
+    dtype = getattr(torch, name)
+    torch.manual_seed(0)
+    x = (torch.randn(5, 3, width) * 3 + 1.5).to(dtype)
+    weight, bias = torch.randn(width).to(dtype), torch.randn(width).to(dtype)
+    out = layer_norm_rows(x, weight, bias, 1e-5)
+    assert out.dtype == dtype and out.shape == x.shape
+    reference = F.layer_norm(x.float(), (width,), weight.float(), bias.float(), 1e-5)
+    errors[f"{width}-{name}"] = float(((out.float() - reference).abs() / (1 + reference.abs())).max())
+print(json.dumps(errors))
+"""
+
+
+def test_triton_kernel_equals_torch_layer_norm():
+    """``width = 12``: not a power of two (masked lanes must not enter the mean or the variance)."""
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    errors = json.loads(result.stdout.strip().splitlines()[-1])
+    assert errors["64-float32"] < 1e-5
+    assert errors["12-float32"] < 1e-5
+    assert errors["64-bfloat16"] < 8e-3  # the output rounded to bf16 (relative precision 2**-8)
+
+
+def _config():
+    from megatron.core.transformer.transformer_config import TransformerConfig
+
+    return TransformerConfig(num_layers=1, hidden_size=16, num_attention_heads=2, use_cpu_initialization=True)
+
+
+def test_switched_off_megatron_builds_torch_layer_norm_as_before(monkeypatch):
+    monkeypatch.delenv(SWITCH, raising=False)
+    norm = local_layer_norm(_config(), 16, 1e-5)
+    assert type(norm) is torch.nn.LayerNorm
+
+
+def test_switched_on_the_same_parameters_and_torch_outputs_off_cuda(monkeypatch):
+    monkeypatch.setenv(SWITCH, "1")
+    torch.manual_seed(0)
+    norm = local_layer_norm(_config(), 16, 1e-5)
+    assert isinstance(norm, TritonLayerNorm)
+    plain = torch.nn.LayerNorm(16, eps=1e-5)
+    assert norm.state_dict().keys() == plain.state_dict().keys()
+    x = torch.randn(4, 2, 16)
+    with torch.no_grad():
+        norm.weight.normal_()
+        norm.bias.normal_()
+    torch.testing.assert_close(norm(x), F.layer_norm(x, (16,), norm.weight, norm.bias, 1e-5), rtol=0, atol=0)
+
+
+def test_the_layer_spec_uses_it_only_when_switched_on(monkeypatch):
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.transformer_block import TransformerBlock
+
+    from bionemo.lightning import sdpa_layer_spec
+
+    ensure_model_parallel()
+    for switch, expected in (("0", torch.nn.LayerNorm), ("1", TritonLayerNorm)):
+        monkeypatch.setenv(SWITCH, switch)
+        block = TransformerBlock(_config(), spec=sdpa_layer_spec(AttnMaskType.padding))
+        layer = block.layers[0]
+        assert type(layer.input_layernorm) is expected
+        assert type(layer.pre_mlp_layernorm) is expected
