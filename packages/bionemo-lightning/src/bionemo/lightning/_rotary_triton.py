@@ -14,7 +14,9 @@ import triton.language as tl
 __all__ = ["rotate_strided"]
 
 
-@triton.jit
+# rows and batch change from batch to batch (their divisibility by 16, batch == 1 when unpadded): one compiled kernel
+# for all of them rather than one per specialization, each a Triton compile on a machine with an empty cache
+@triton.jit(do_not_specialize=["rows", "batch"])
 def _rotate_kernel(
     x_ptr,
     cos_ptr,
