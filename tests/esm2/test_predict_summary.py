@@ -52,9 +52,15 @@ def test_summary_separates_the_first_batch_from_the_rest_of_the_loop(tmp_path):
 
 
 def test_speed_after_the_first_batch_leaves_out_its_tokens_and_seconds():
-    from bionemo.esm2.predict import _after_first_batch
+    from bionemo.esm2.predict import _speed
 
     timing = {"tokens": 1000, "predict_seconds": 3.0, "first_batch_seconds": 1.0, "first_batches_tokens": 200}
-    assert _after_first_batch(timing) == 400.0
-    assert _after_first_batch({**timing, "first_batches_tokens": 1000}) is None  # one batch: nothing after it
-    assert _after_first_batch({**timing, "first_batch_seconds": None}) is None
+    assert _speed(timing)["tokens_per_second_after_first_batch"] == 400.0
+    assert _speed(timing)["tokens_per_second"] == 1000 / 3.0
+    one_batch = _speed({**timing, "first_batches_tokens": 1000})  # nothing after it
+    assert one_batch["tokens_per_second_after_first_batch"] is None
+    assert _speed({**timing, "first_batch_seconds": None})["tokens_per_second_after_first_batch"] is None
+    assert _speed({}) == {
+        "tokens": 0, "predict_seconds": None, "tokens_per_second": None, "first_batch_seconds": None,
+        "tokens_per_second_after_first_batch": None,
+    }  # fmt: skip

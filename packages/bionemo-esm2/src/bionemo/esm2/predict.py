@@ -187,17 +187,10 @@ def _run_prediction(
     from lightning.pytorch.callbacks import RichProgressBar
 
     from bionemo.callbacks import HostMemoryTrim, LoopTimer, PredictionWriter
-    from bionemo.esm2.data import PredictionBatches, PredictionDataset, data_step, first_item
-    from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.lightning import (
-        BionemoLightningModule,
-        MegatronDataModule,
-        default_megatron_optimizer,
-    )
-    from bionemo.recipes.trainers import accelerator, build_trainer, uses_megatron
+    from bionemo.esm2.data import data_step
+    from bionemo.lightning import BionemoLightningModule, default_megatron_optimizer
+    from bionemo.recipes.trainers import build_trainer, uses_megatron
 
-    tokenizer = ProteinTokenizer()
-    gpu = accelerator(settings) == "gpu"
     plan = _plan(settings, defaults, records, todo)
     # No GPU_FUSIONS here: measured on an H200 (tools/bench_predict.py, 150M shape), RoPE compiled for the
     # varying shapes of length-sorted batches cost more (297k tokens/s, start-up +12 s) than it saved (324k).
@@ -210,33 +203,42 @@ def _run_prediction(
         optimizer=default_megatron_optimizer() if uses_megatron(settings, training=False) else None,
         model_transform=functools.partial(_load_weights, tensors=checkpoint.tensors, dtype=config.params_dtype),
     )
-    data = MegatronDataModule(
-        micro_batch_size=1,  # one item = one whole batch (PredictionBatches)
-        seq_length=checkpoint.model["seq_length"],
-        collate_fn=first_item,
-        num_workers=PREDICT_WORKERS if gpu else 0,
-        pin_memory=gpu,
-        predict=PredictionBatches(
-            PredictionDataset(records, tokenizer, masked=Include.PERPLEXITY in settings.include),
-            plan,
-            tokenizer.pad_id,
-        ),
-    )
+    data = _prediction_data(settings, records, plan, checkpoint.model["seq_length"])
     clock = LoopTimer()
     writer = PredictionWriter(shards, settings.write_interval.value, keep_existing=True)
     callbacks = [writer, clock, HostMemoryTrim(every_n_batches=8), RichProgressBar(leave=True)]
     trainer = build_trainer(settings, training=False, callbacks=callbacks)
     trainer.predict(module, datamodule=data, return_predictions=False)
     trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
-    tokens = sum(len(records[i].sequence) + 2 for i in todo)
-    first_batches = plan[: trainer.world_size]  # each rank's first (batches are dealt round-robin)
+    tokens = lambda positions: sum(len(records[i].sequence) + 2 for i in positions)  # noqa: E731
     return {
         "rank": trainer.global_rank,
-        "tokens": tokens,
+        "tokens": tokens(todo),
         "predict_seconds": clock.seconds,
         "first_batch_seconds": clock.first_batch_seconds,
-        "first_batches_tokens": sum(len(records[i].sequence) + 2 for batch in first_batches for i in batch),
+        # each rank's first batch (batches are dealt round-robin)
+        "first_batches_tokens": sum(tokens(batch) for batch in plan[: trainer.world_size]),
     }
+
+
+def _prediction_data(settings: RunSettings, records: list, plan: list[list[int]], seq_length: int) -> Any:
+    """The data module serving ``plan``'s batches of ``records`` (collated by workers on GPU machines)."""
+    from bionemo.esm2.data import PredictionBatches, PredictionDataset, first_item
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+    from bionemo.lightning import MegatronDataModule
+    from bionemo.recipes.trainers import accelerator
+
+    tokenizer = ProteinTokenizer()
+    gpu = accelerator(settings) == "gpu"
+    samples = PredictionDataset(records, tokenizer, masked=Include.PERPLEXITY in settings.include)
+    return MegatronDataModule(
+        micro_batch_size=1,  # one item = one whole batch (PredictionBatches)
+        seq_length=seq_length,
+        collate_fn=first_item,
+        num_workers=PREDICT_WORKERS if gpu else 0,
+        pin_memory=gpu,
+        predict=PredictionBatches(samples, plan, tokenizer.pad_id),
+    )
 
 
 def _load_weights(model: Any, tensors: dict[str, Any], dtype: Any) -> Any:
@@ -298,7 +300,6 @@ def _summarize(
         }
     metadata = checkpoint.metadata
     truncated = sum(r.truncated_from is not None for r in records)
-    seconds = timing.get("predict_seconds")
     summary = {
         "sequences": len(records),
         "truncated_sequences": truncated,
@@ -310,11 +311,7 @@ def _summarize(
         "untrained_validation_perplexity": finite(metadata.get("untrained_val_ppl")),
         "predictions": str(path),
         "includes": sorted(i.value for i in settings.include),
-        "tokens": timing.get("tokens", 0),
-        "predict_seconds": seconds,
-        "tokens_per_second": timing["tokens"] / seconds if seconds else None,
-        "first_batch_seconds": timing.get("first_batch_seconds"),
-        "tokens_per_second_after_first_batch": _after_first_batch(timing),
+        **_speed(timing),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
     rows = [("sequences", str(len(records)) + (f" ({truncated} cut by --truncate)" if truncated else ""))]
@@ -327,15 +324,9 @@ def _summarize(
         rows.append(("mean pseudo-perplexity (each residue masked once)", shown(means["pseudo_perplexity"], 3)))
     if checkpoint.source == "bionemo":
         rows.append(("validation perplexity at training: trained / untrained", _pair(metadata)))
-    if seconds:
-        speed = f"{summary['tokens_per_second']:,.0f} tokens/s ({timing['tokens']:,} tokens in {seconds:.1f} s)"
-        rows.append(("speed", speed))
-        steady = summary["tokens_per_second_after_first_batch"]
-        if steady:
-            first = timing["first_batch_seconds"]
-            rows.append(("speed after the first batch", f"{steady:,.0f} tokens/s (the first took {first:.1f} s)"))
     return [
         *rows,
+        *_speed_rows(summary),
         ("checkpoint", f"{checkpoint.path} ({checkpoint.source})"),
         *(("note", note) for note in checkpoint.notes),
         ("predictions (safetensors)", str(path)),
@@ -344,13 +335,34 @@ def _summarize(
     ]
 
 
-def _after_first_batch(timing: dict[str, Any]) -> float | None:
-    """Tokens/s of the loop after each rank's first batch (``None`` when there was no second batch)."""
-    seconds, first = timing.get("predict_seconds"), timing.get("first_batch_seconds")
-    tokens = timing.get("tokens", 0) - timing.get("first_batches_tokens", 0)
-    if not seconds or first is None or seconds <= first or tokens <= 0:
-        return None
-    return tokens / (seconds - first)
+def _speed(timing: dict[str, Any]) -> dict[str, Any]:
+    """The loop's tokens and seconds, its tokens/s, and its tokens/s after each rank's first batch (one-time costs).
+
+    Rates are ``None`` where they were not measured (nothing predicted, or no batch after the first).
+    """
+    tokens, seconds, first = timing.get("tokens", 0), timing.get("predict_seconds"), timing.get("first_batch_seconds")
+    later_tokens = tokens - timing.get("first_batches_tokens", 0)
+    later = None
+    if seconds is not None and first is not None and seconds > first and later_tokens > 0:
+        later = later_tokens / (seconds - first)
+    return {
+        "tokens": tokens,
+        "predict_seconds": seconds,
+        "tokens_per_second": tokens / seconds if seconds else None,
+        "first_batch_seconds": first,
+        "tokens_per_second_after_first_batch": later,
+    }
+
+
+def _speed_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
+    if not summary["predict_seconds"]:
+        return []
+    tokens, seconds = summary["tokens"], summary["predict_seconds"]
+    rows = [("speed", f"{summary['tokens_per_second']:,.0f} tokens/s ({tokens:,} tokens in {seconds:.1f} s)")]
+    if steady := summary["tokens_per_second_after_first_batch"]:
+        first = summary["first_batch_seconds"]
+        rows.append(("speed after the first batch", f"{steady:,.0f} tokens/s (the first took {first:.1f} s)"))
+    return rows
 
 
 def _pair(metadata: dict[str, Any]) -> str:
