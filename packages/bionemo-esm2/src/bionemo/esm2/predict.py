@@ -216,8 +216,8 @@ def _run_prediction(
         "tokens": tokens(todo),
         "predict_seconds": clock.seconds,
         "first_batch_seconds": clock.first_batch_seconds,
-        # each rank's first batch (batches are dealt round-robin)
-        "first_batches_tokens": sum(tokens(batch) for batch in plan[: trainer.world_size]),
+        # each model replica's first batch (batches are dealt round-robin to data-parallel ranks)
+        "first_batches_tokens": sum(tokens(batch) for batch in plan[: settings.data_parallel_size()]),
     }
 
 
