@@ -62,6 +62,26 @@ def test_unpadded_step_equals_padded_step_and_transformers(tmp_path):
         torch.testing.assert_close(unpadded[key], reference, rtol=0, atol=1e-4, msg=key)
 
 
+def test_unpadded_perplexities_equal_the_padded_ones(tmp_path):
+    from bionemo.esm2.steps import make_predict_step
+
+    _, model, batch, tokenizer = _model_and_batch(tmp_path)
+    generator = torch.Generator().manual_seed(3)
+    chosen = (torch.rand(batch["tokens"].shape, generator=generator) < 0.3) & batch["attention_mask"].bool()
+    chosen[:, 0] = False
+    chosen[torch.arange(len(chosen)), batch["attention_mask"].sum(1) - 1] = False  # residues only
+    batch["masked_tokens"] = torch.where(chosen, torch.full_like(batch["tokens"], tokenizer.mask_id), batch["tokens"])
+    batch["labels"] = torch.where(chosen, batch["tokens"], torch.full_like(batch["tokens"], -100))
+    options = {"embeddings": False, "logits": False, "perplexity": True, "pseudo_perplexity": True}
+    with torch.no_grad():
+        padded = make_predict_step(**options)(model, batch)
+        unpadded = make_predict_step(**options, unpadded=True)(model, batch)
+    for key in ("perplexity", "pseudo_perplexity"):
+        assert torch.isfinite(padded[key]).all()
+        assert (padded[key] > 1).all()
+        torch.testing.assert_close(unpadded[key], padded[key], rtol=1e-5, atol=0, msg=key)
+
+
 def test_unpadded_token_dropout_scales_each_sequence_by_its_own_mask_ratio(tmp_path):
     """Each sequence alone is the reference: transformers 4.57.6 divides by the padded length in padded batches
     (``EsmModel`` does not pass the attention mask to its embeddings); fair-esm and this model use the real one."""

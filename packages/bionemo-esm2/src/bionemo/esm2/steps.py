@@ -52,15 +52,15 @@ def make_predict_step(
     - ``pseudo_perplexity [b]``: exp of the mean over residues of the true residue's cross-entropy with only
       that residue masked (one copy of the sequence per residue, run ``b`` copies at a time).
 
-    ``unpadded=True`` runs the unmasked forward on the concatenated real tokens (:mod:`bionemo.esm2.packing`):
-    the same outputs without padding work (variable-length flash attention on GPUs in fp16 / bf16).
+    ``unpadded=True`` runs the unmasked and the masked forward on the concatenated real tokens
+    (:mod:`bionemo.esm2.packing`): the same outputs without padding work (variable-length flash attention on GPUs
+    in fp16 / bf16), also for the pseudo-perplexity's copies.
     """
     last = num_layers if num_layers is not None else -1
     wanted = [k for k in dict.fromkeys(layers) if k != last]
 
     def predict_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         out: dict[str, torch.Tensor] = {}
-        padding = batch.get("padding")
         real = batch["attention_mask"]
         if embeddings or logits or residues or cls or wanted:
             token_logits, hidden, extra = _forward(model, batch, wanted, unpadded=unpadded, output_logits=logits)
@@ -80,9 +80,10 @@ def make_predict_step(
                 out["logits"] = (full * real.unsqueeze(-1)).to(output_dtype)
         if pseudo_perplexity:
             residues_per_sequence = (real.sum(dim=1) - 2).clamp(min=1)
-            out["pseudo_perplexity"] = torch.exp(_pseudo_loss_sums(model, batch, mask_id) / residues_per_sequence)
+            sums = _pseudo_loss_sums(model, batch, mask_id, unpadded=unpadded)
+            out["pseudo_perplexity"] = torch.exp(sums / residues_per_sequence)
         if perplexity:
-            masked_logits = model(batch["masked_tokens"], padding)
+            masked_logits = _masked_logits(model, batch, unpadded=unpadded)
             per_token = token_cross_entropy(masked_logits, batch["labels"], ParallelGroups.current().tensor)
             masked = (batch["labels"] >= 0).sum(dim=1).clamp(min=1)
             out["perplexity"] = torch.exp(per_token.float().sum(dim=1) / masked)
@@ -125,30 +126,46 @@ def _forward(
     )
 
 
-def _pseudo_loss_sums(model: Any, batch: dict[str, Any], mask_id: int) -> torch.Tensor:
+def _masked_logits(model: Any, batch: dict[str, Any], *, unpadded: bool) -> torch.Tensor:
+    """Logits ``[s, b, v_local]`` of ``masked_tokens`` (zeros at padding when ``unpadded``: the labels ignore them)."""
+    tokens = batch["masked_tokens"]
+    if not unpadded:
+        return model(tokens, batch.get("padding"))
+    ids, sequences, index = unpad(tokens, batch["host_lengths"])
+    return repad(model(ids, None, unpadded=sequences), index, *tokens.shape)
+
+
+def _pseudo_loss_sums(model: Any, batch: dict[str, Any], mask_id: int, *, unpadded: bool = False) -> torch.Tensor:
     """Per sequence, the summed cross-entropy of each residue predicted with only that residue masked.
 
     The copies are planned on the host from ``batch["host_lengths"]`` (tokens per sequence, set by
-    :func:`bionemo.esm2.data.data_step` before the copy to the device), so the loop never waits for the device.
+    :func:`bionemo.esm2.data.data_step` before the copy to the device), so the loop never waits for the device;
+    ``unpadded``: each group of copies runs concatenated, without its padding.
     """
     tokens, real = batch["tokens"], batch["attention_mask"]
     b = tokens.shape[0]
-    lengths = torch.as_tensor(batch["host_lengths"]) - 2  # residues
+    host_lengths = torch.as_tensor(batch["host_lengths"])
+    lengths = host_lengths - 2  # residues
     rows = torch.repeat_interleave(torch.arange(b), lengths)  # one copy per residue
     starts = torch.cumsum(lengths, 0) - lengths
     positions = torch.arange(len(rows)) - starts[rows] + 1  # 1..L of each sequence
     totals = torch.zeros(b, device=tokens.device, dtype=torch.float32)
+    mask = torch.full((), mask_id, dtype=tokens.dtype, device=tokens.device)  # a device value: no sync to assign
     group = ParallelGroups.current().tensor
     padded = batch.get("padding") is not None
-    for sequence, position in zip(rows.split(max(1, b)), positions.split(max(1, b)), strict=True):
-        sequence = sequence.to(tokens.device, non_blocking=True)
+    for host_rows, position in zip(rows.split(max(1, b)), positions.split(max(1, b)), strict=True):
+        sequence = host_rows.to(tokens.device, non_blocking=True)
         position = position.to(tokens.device, non_blocking=True)
         copies = tokens[sequence].clone()
         picked = torch.arange(len(sequence), device=tokens.device)
         labels = torch.full_like(copies, -100)
         labels[picked, position] = copies[picked, position]
-        copies[picked, position] = mask_id
-        logits = model(copies, real[sequence] if padded else None)
+        copies[picked, position] = mask
+        if unpadded:
+            ids, sequences, index = unpad(copies, host_lengths[host_rows])
+            logits = repad(model(ids, None, unpadded=sequences), index, *copies.shape)
+        else:
+            logits = model(copies, real[sequence] if padded else None)
         loss = token_cross_entropy(logits, labels, group).sum(dim=1)  # [copies]
         totals.index_add_(0, sequence, loss.float())
     return totals
