@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from bionemo.lightning._triton import triton_importable
+
 __all__ = ["TritonLayerNorm", "local_layer_norm", "triton_layer_norm_enabled"]
 
 SWITCH = "BIONEMO_TRITON_LAYERNORM"
@@ -37,24 +39,10 @@ class TritonLayerNorm(torch.nn.LayerNorm):
         return super().forward(input)
 
     def _fast_path(self, x: torch.Tensor) -> bool:
+        if self.weight is None or self.bias is None or len(self.normalized_shape) != 1:
+            return False
         needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        return (
-            x.is_cuda
-            and not needs_grad
-            and x.is_contiguous()
-            and self.weight is not None
-            and self.bias is not None
-            and len(self.normalized_shape) == 1
-            and _triton_importable()
-        )
-
-
-def _triton_importable() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
+        return x.is_cuda and not needs_grad and x.is_contiguous() and triton_importable()
 
 
 class local_layer_norm:  # noqa: N801 - a module builder named like megatron's WrappedTorchNorm it stands in for
@@ -67,9 +55,7 @@ class local_layer_norm:  # noqa: N801 - a module builder named like megatron's W
         """``WrappedTorchNorm(config, hidden_size, eps, ...)``, as a :class:`TritonLayerNorm` when switched on."""
         from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
-        norm = WrappedTorchNorm(config, hidden_size, eps, **kwargs)
+        norm = WrappedTorchNorm(config, hidden_size, eps, **kwargs)  # megatron's checks and its choice of norm
         if not triton_layer_norm_enabled() or type(norm) is not torch.nn.LayerNorm:
             return norm
-        fast = TritonLayerNorm(hidden_size, eps=eps, device=norm.weight.device, dtype=norm.weight.dtype)
-        fast.load_state_dict(norm.state_dict())
-        return fast
+        return TritonLayerNorm(hidden_size, eps=eps)  # built as WrappedTorchNorm builds torch's (ones and zeros)

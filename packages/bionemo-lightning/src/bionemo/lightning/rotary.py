@@ -16,13 +16,14 @@ angles, megatron's per-sequence packed format) go to megatron unchanged.
 Switch: ``BIONEMO_FUSED_ROPE=0`` runs the eager arithmetic on GPUs too.
 """
 
-import functools
 import os
 import weakref
 from typing import Any
 
 import torch
 from megatron.core.transformer.attention import SelfAttention
+
+from bionemo.lightning._triton import triton_importable
 
 __all__ = ["RotarySelfAttention", "apply_rotary", "fused_rotary_available", "rotary_tables"]
 
@@ -57,18 +58,9 @@ def _shared_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tenso
     return tables
 
 
-@functools.cache
-def _triton_importable() -> bool:
-    try:
-        import triton  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def fused_rotary_available(x: torch.Tensor) -> bool:
     """Whether :func:`apply_rotary` runs the Triton kernel for ``x`` (CUDA, Triton, not switched off)."""
-    return x.is_cuda and os.environ.get("BIONEMO_FUSED_ROPE", "1") != "0" and _triton_importable()
+    return x.is_cuda and os.environ.get("BIONEMO_FUSED_ROPE", "1") != "0" and triton_importable()
 
 
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
