@@ -83,7 +83,8 @@ def make_predict_step(
             sums = _pseudo_loss_sums(model, batch, mask_id, unpadded=unpadded)
             out["pseudo_perplexity"] = torch.exp(sums / residues_per_sequence)
         if perplexity:
-            masked_logits = _masked_logits(model, batch, unpadded=unpadded)
+            tokens, padding, lengths = batch["masked_tokens"], batch.get("padding"), batch["host_lengths"]
+            masked_logits = _logits(model, tokens, padding, lengths, unpadded=unpadded)
             per_token = token_cross_entropy(masked_logits, batch["labels"], ParallelGroups.current().tensor)
             masked = (batch["labels"] >= 0).sum(dim=1).clamp(min=1)
             out["perplexity"] = torch.exp(per_token.float().sum(dim=1) / masked)
@@ -126,12 +127,17 @@ def _forward(
     )
 
 
-def _masked_logits(model: Any, batch: dict[str, Any], *, unpadded: bool) -> torch.Tensor:
-    """Logits ``[s, b, v_local]`` of ``masked_tokens`` (zeros at padding when ``unpadded``: the labels ignore them)."""
-    tokens = batch["masked_tokens"]
+def _logits(
+    model: Any, tokens: torch.Tensor, padding: torch.Tensor | None, host_lengths: Any, *, unpadded: bool
+) -> torch.Tensor:
+    """Logits ``[s, b, v_local]`` of right-padded ``tokens [b, s]``.
+
+    ``unpadded``: run on the real tokens only (:mod:`bionemo.esm2.packing`), zeros at the padding (its labels are
+    ignored).
+    """
     if not unpadded:
-        return model(tokens, batch.get("padding"))
-    ids, sequences, index = unpad(tokens, batch["host_lengths"])
+        return model(tokens, padding)
+    ids, sequences, index = unpad(tokens, host_lengths)
     return repad(model(ids, None, unpadded=sequences), index, *tokens.shape)
 
 
@@ -161,11 +167,8 @@ def _pseudo_loss_sums(model: Any, batch: dict[str, Any], mask_id: int, *, unpadd
         labels = torch.full_like(copies, -100)
         labels[picked, position] = copies[picked, position]
         copies[picked, position] = mask
-        if unpadded:
-            ids, sequences, index = unpad(copies, host_lengths[host_rows])
-            logits = repad(model(ids, None, unpadded=sequences), index, *copies.shape)
-        else:
-            logits = model(copies, real[sequence] if padded else None)
+        padding = real[sequence] if padded else None
+        logits = _logits(model, copies, padding, host_lengths[host_rows], unpadded=unpadded)
         loss = token_cross_entropy(logits, labels, group).sum(dim=1)  # [copies]
         totals.index_add_(0, sequence, loss.float())
     return totals
