@@ -56,13 +56,13 @@ def _config():
 
 
 def test_switched_off_megatron_builds_torch_layer_norm_as_before(monkeypatch):
-    monkeypatch.delenv(SWITCH, raising=False)
+    monkeypatch.setenv(SWITCH, "0")
     norm = local_layer_norm(_config(), 16, 1e-5)
     assert type(norm) is torch.nn.LayerNorm
 
 
-def test_switched_on_the_same_parameters_and_torch_outputs_off_cuda(monkeypatch):
-    monkeypatch.setenv(SWITCH, "1")
+def test_by_default_the_same_parameters_and_torch_outputs_off_cuda(monkeypatch):
+    monkeypatch.delenv(SWITCH, raising=False)
     torch.manual_seed(0)
     norm = local_layer_norm(_config(), 16, 1e-5)
     assert isinstance(norm, TritonLayerNorm)
@@ -75,15 +75,18 @@ def test_switched_on_the_same_parameters_and_torch_outputs_off_cuda(monkeypatch)
     torch.testing.assert_close(norm(x), F.layer_norm(x, (16,), norm.weight, norm.bias, 1e-5), rtol=0, atol=0)
 
 
-def test_the_layer_spec_uses_it_only_when_switched_on(monkeypatch):
+def test_the_layer_spec_uses_it_unless_switched_off(monkeypatch):
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.transformer_block import TransformerBlock
 
     from bionemo.lightning import sdpa_layer_spec
 
     ensure_model_parallel()
-    for switch, expected in (("0", torch.nn.LayerNorm), ("1", TritonLayerNorm)):
-        monkeypatch.setenv(SWITCH, switch)
+    for switch, expected in (("0", torch.nn.LayerNorm), (None, TritonLayerNorm)):
+        if switch is None:
+            monkeypatch.delenv(SWITCH, raising=False)
+        else:
+            monkeypatch.setenv(SWITCH, switch)
         block = TransformerBlock(_config(), spec=sdpa_layer_spec(AttnMaskType.padding))
         layer = block.layers[0]
         assert type(layer.input_layernorm) is expected

@@ -201,7 +201,7 @@ def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> Modul
     Self-attention is :class:`bionemo.lightning.rotary.RotarySelfAttention` (megatron's, with a fused RoPE); the
     linear layers add their bias inside the matrix multiply without tensor parallelism
     (:mod:`bionemo.lightning.fused_bias_linear`); the layers' LayerNorms are :mod:`bionemo.lightning.layer_norm`'s
-    (torch's unless ``BIONEMO_TRITON_LAYERNORM=1``).
+    (:class:`~bionemo.lightning.layer_norm.TritonLayerNorm` unless ``BIONEMO_TRITON_LAYERNORM=0``).
 
     Args:
         attn_mask_type: ``causal`` for decoders (GPT), ``padding`` for bidirectional encoders (BERT, ESM-2).
@@ -214,7 +214,7 @@ def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> Modul
     from bionemo.lightning.rotary import RotarySelfAttention
 
     spec = get_gpt_layer_local_spec()
-    for name in ("input_layernorm", "pre_mlp_layernorm"):  # torch's LayerNorm (no Apex): the Triton one if switched on
+    for name in ("input_layernorm", "pre_mlp_layernorm"):  # torch's LayerNorm (no Apex): the Triton one unless switched off
         if getattr(spec.submodules, name) is WrappedTorchNorm:
             setattr(spec.submodules, name, local_layer_norm)
     spec.submodules.self_attention.module = RotarySelfAttention
