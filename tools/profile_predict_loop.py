@@ -44,6 +44,7 @@ class TraceBatches(pl.Callback):
         self._start = 0.0
         self._loop_start = 0.0
         self.batch_ends: list[float] = []  # host seconds from the loop's start to each batch's end (no syncs)
+        self.first_batch_start = 0.0  # host seconds from the loop's start to batch 0's start (its data's wait)
         self._stacks: dict[str, int] = {}
 
     def on_predict_start(self, trainer: Any, pl_module: Any) -> None:
@@ -56,6 +57,8 @@ class TraceBatches(pl.Callback):
     def on_predict_batch_start(
         self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
     ) -> None:
+        if batch_idx == 0:
+            self.first_batch_start = time.perf_counter() - self._loop_start
         if batch_idx == self.first:
             activities = [torch.profiler.ProfilerActivity.CPU]
             if torch.cuda.is_available():
@@ -94,7 +97,7 @@ class TraceBatches(pl.Callback):
         ends = self.batch_ends
         shown = ", ".join(f"{ends[i]:.2f}" for i in (0, 1, 2, 3, 5, 10, 20, -1) if -len(ends) <= i < len(ends))
         print(f"\nhost seconds from the loop's start to the end of batch 0, 1, 2, 3, 5, 10, 20, last ({len(ends)}): "
-              f"{shown}")  # fmt: skip
+              f"{shown}; batch 0 started at {self.first_batch_start:.2f} (waiting for its data)")  # fmt: skip
         if self.sync_debug:
             print(f"\nsynchronizing CUDA calls in the traced batches: {sum(self._stacks.values())}")
             for stack, count in sorted(self._stacks.items(), key=lambda item: -item[1]):
