@@ -27,6 +27,26 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs a CUDA GPU"))
 
 
+def _needs_a_gpu(item: pytest.Item) -> bool:
+    return "gpu" in item.keywords or "multi_gpu" in item.keywords
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Fix what this process's torch sees of the GPUs before any test runs.
+
+    A session of CPU tests only (``-m "not gpu and not multi_gpu"``) hides the GPUs for its whole process: torch,
+    Lightning and the children then agree that there are none (hiding them per test, after torch had counted them,
+    made Lightning read the CUDA random state of a GPU that CUDA then could not find). A session with GPU tests
+    on a machine with GPUs initializes CUDA at once, so the per-test hiding below only reaches child processes
+    and the CLI's choice of accelerator, never this process's CUDA state.
+    """
+    runnable = [item for item in session.items if not item.get_closest_marker("skip")]
+    if not any(_needs_a_gpu(item) for item in runnable):
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    elif torch.cuda.is_available():
+        torch.cuda.init()
+
+
 @pytest.fixture(autouse=True)
 def _cpu_tier_runs_on_the_cpu(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests without a GPU marker run on the CPU also on a machine with GPUs.
@@ -35,5 +55,5 @@ def _cpu_tier_runs_on_the_cpu(request: pytest.FixtureRequest, monkeypatch: pytes
     ``CUDA_VISIBLE_DEVICES`` first, and child processes inherit it: hiding the GPUs keeps in-process CLI runs
     and the runs these tests start on the CPU, whatever torch has already seen.
     """
-    if "gpu" not in request.keywords and "multi_gpu" not in request.keywords:
+    if not _needs_a_gpu(request.node):
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")

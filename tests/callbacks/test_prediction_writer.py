@@ -153,7 +153,7 @@ def test_a_batch_is_written_once_the_next_has_ended_and_the_last_at_epoch_end(tm
     assert load_file(tmp_path / "predictions_rank0_batch2.safetensors")["sample_index"].tolist() == [3]
 
 
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.gpu
 def test_cuda_outputs_are_copied_without_blocking_and_written_intact(tmp_path):
     writer = PredictionWriter(tmp_path, "epoch", groups=SINGLE)
     host = [prediction(list(range(i * 64, (i + 1) * 64)), seq=512) for i in range(4)]

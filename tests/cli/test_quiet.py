@@ -8,6 +8,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from lightning.fabric.utilities.warnings import PossibleUserWarning
 
 from bionemo.cli._quiet import quiet_libraries
 from bionemo.esm2.readers import read_sequences
@@ -96,6 +97,9 @@ def test_only_the_named_library_warnings_are_silenced():
     assert not warned("Apex is not installed. Falling back to Torch Norm", UserWarning)
     assert not warned("Failed to create unified memory mempool.", UserWarning)
     assert not warned("`torch.cuda.amp.custom_fwd(args...)` is deprecated.", FutureWarning)
+    # Lightning's hint on machines with more than two cores (the CLI runs above print it on a 16-core host)
+    hint = "The 'predict_dataloader' does not have many workers which may be a bottleneck. Consider increasing"
+    assert not warned(hint, PossibleUserWarning, module="lightning.pytorch.utilities.rank_zero")
     # a warning of the same kind with another message, and deprecations bionemo itself raises, still show
     assert warned("The number of training batches (2) is smaller than the logging interval", UserWarning)
     assert warned("setting `foo` is deprecated; use `bar`", FutureWarning, module="bionemo.recipes.settings")

@@ -214,7 +214,8 @@ def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> Modul
     from bionemo.lightning.rotary import RotarySelfAttention
 
     spec = get_gpt_layer_local_spec()
-    for name in ("input_layernorm", "pre_mlp_layernorm"):  # torch's LayerNorm (no Apex): the Triton one unless switched off
+    # torch's LayerNorm (no Apex): the Triton one unless switched off
+    for name in ("input_layernorm", "pre_mlp_layernorm"):
         if getattr(spec.submodules, name) is WrappedTorchNorm:
             setattr(spec.submodules, name, local_layer_norm)
     spec.submodules.self_attention.module = RotarySelfAttention
