@@ -19,11 +19,17 @@ Measured 2026-11-30 on one H200 (before fast_metric_to): micro-batches of 8 x 25
 60.8 ms, 1.278x (block pairs 0.93-1.49x); ``--mbs 16 --seq 1024 --steps 60``: raw 93.9 ms, module 99.8 ms,
 1.063x (block pairs 1.04-1.07x).
 
+``--profile`` runs Python's cProfile over the first block of module steps after the warm-up and over the raw
+block that follows, and prints the functions whose own (host) time the module adds: where its extra time goes,
+by function, with the call counts of both loops (cProfile slows both; compare counts and differences, not totals).
+
 Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 512 --mbs 8 --nmb 4 --seq 256]
-    [--steps 120 --block 10 --warmup 20]
+    [--steps 120 --block 10 --warmup 20] [--profile]
 """
 
 import argparse
+import cProfile
+import pstats
 import statistics
 import time
 from typing import Any
@@ -198,6 +204,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         """Times module steps (batch start to next batch start) and runs a raw block after every ``block``."""
 
         def __init__(self) -> None:
+            self.profiles = (cProfile.Profile(), cProfile.Profile()) if a.profile else None  # module, raw
             self.module_times: list[float] = []
             self.raw_times: list[float] = []
             self.start = 0.0
@@ -218,6 +225,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self._mark()
+            if self.profiles and batch_idx == a.warmup:
+                self.profiles[0].enable()
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
             self.phases.mark("optimizer")
@@ -226,13 +235,19 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
             self.phases.mark("stepped")
             if (batch_idx + 1) % a.block:
                 return
+            profiles = self.profiles if batch_idx + 1 == a.warmup + a.block else None
+            if profiles:
+                profiles[0].disable()
             torch.cuda.synchronize()
             block_start = time.perf_counter()
             for _ in range(a.block):
                 torch.cuda.synchronize()
                 start = time.perf_counter()
                 self.raw_phases.close(start)
-                self.raw_step()
+                if profiles:
+                    profiles[1].runcall(self.raw_step)
+                else:
+                    self.raw_step()
                 torch.cuda.synchronize()
                 end = time.perf_counter()
                 self.raw_times.append(end - start)
@@ -266,13 +281,34 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         use_distributed_sampler=False, callbacks=[timer],
     )  # fmt: skip
     trainer.fit(lm, datamodule=data)
+    if timer.profiles:
+        print_profile_difference(*timer.profiles, steps=a.block)
     return timer.module_times, timer.raw_times, timer.phases, timer.raw_phases
+
+
+def print_profile_difference(module: cProfile.Profile, raw: cProfile.Profile, steps: int, rows: int = 40) -> None:
+    """The functions whose own time the module adds over the raw loop, per step, largest first."""
+    own = {}
+    for name, profile in (("module", module), ("raw", raw)):
+        stats = pstats.Stats(profile).stats  # pyright: ignore[reportAttributeAccessIssue]
+        own[name] = {key: (value[1], value[2]) for key, value in stats.items()}  # (calls, own seconds)
+    keys = set(own["module"]) | set(own["raw"])
+    extra = sorted(keys, key=lambda k: own["raw"].get(k, (0, 0.0))[1] - own["module"].get(k, (0, 0.0))[1])
+    total = sum(v[1] for v in own["module"].values()) - sum(v[1] for v in own["raw"].values())
+    print(f"\nown host time the module adds under cProfile: {total * 1e3 / steps:+.2f} ms per step; largest:")
+    print(f"{'extra ms/step':>13} {'module calls':>12} {'raw calls':>9}  function")
+    for key in extra[:rows]:
+        (m_calls, m_s), (r_calls, r_s) = own["module"].get(key, (0, 0.0)), own["raw"].get(key, (0, 0.0))
+        file, line, function = key
+        where = f"{'/'.join(file.split('/')[-3:])}:{line}({function})"
+        print(f"{(m_s - r_s) * 1e3 / steps:+13.3f} {m_calls // steps:12d} {r_calls // steps:9d}  {where}")
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     for key, value in {**SIZES, **RUN}.items():
         parser.add_argument(f"--{key}", type=int, default=value)
+    parser.add_argument("--profile", action="store_true", help="cProfile one block of each loop (see above)")
     a = parser.parse_args()
     if a.steps % a.block or a.warmup % a.block or a.warmup >= a.steps:
         parser.error("--steps and --warmup must be multiples of --block, and --warmup below --steps")
