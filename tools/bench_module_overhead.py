@@ -200,11 +200,13 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
     def forward_step(model, batch):
         return model(batch["tokens"], position_ids, None).transpose(0, 1)  # token_logits [s, b, v]
 
+    # module, raw; outside the callback, which NeMo deep-copies (a Profile cannot be copied)
+    profiles = (cProfile.Profile(), cProfile.Profile()) if a.profile else None
+
     class Interleave(pl.Callback):
         """Times module steps (batch start to next batch start) and runs a raw block after every ``block``."""
 
         def __init__(self) -> None:
-            self.profiles = (cProfile.Profile(), cProfile.Profile()) if a.profile else None  # module, raw
             self.module_times: list[float] = []
             self.raw_times: list[float] = []
             self.start = 0.0
@@ -225,8 +227,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self._mark()
-            if self.profiles and batch_idx == a.warmup:
-                self.profiles[0].enable()
+            if profiles and batch_idx == a.warmup:
+                profiles[0].enable()
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
             self.phases.mark("optimizer")
@@ -235,17 +237,17 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
             self.phases.mark("stepped")
             if (batch_idx + 1) % a.block:
                 return
-            profiles = self.profiles if batch_idx + 1 == a.warmup + a.block else None
-            if profiles:
-                profiles[0].disable()
+            profiled = profiles if batch_idx + 1 == a.warmup + a.block else None
+            if profiled:
+                profiled[0].disable()
             torch.cuda.synchronize()
             block_start = time.perf_counter()
             for _ in range(a.block):
                 torch.cuda.synchronize()
                 start = time.perf_counter()
                 self.raw_phases.close(start)
-                if profiles:
-                    profiles[1].runcall(self.raw_step)
+                if profiled:
+                    profiled[1].runcall(self.raw_step)
                 else:
                     self.raw_step()
                 torch.cuda.synchronize()
@@ -281,8 +283,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         use_distributed_sampler=False, callbacks=[timer],
     )  # fmt: skip
     trainer.fit(lm, datamodule=data)
-    if timer.profiles:
-        print_profile_difference(*timer.profiles, steps=a.block)
+    if profiles:
+        print_profile_difference(*profiles, steps=a.block)
     return timer.module_times, timer.raw_times, timer.phases, timer.raw_phases
 
 
