@@ -29,8 +29,8 @@ Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 
 
 import argparse
 import cProfile
-import pstats
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -228,6 +228,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self._mark()
             if profiles and batch_idx == a.warmup:
+                print(f"profiling module steps from batch {batch_idx}; profiler tool: {_profiler_tool()}")
                 profiles[0].enable()
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
@@ -288,11 +289,21 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
     return timer.module_times, timer.raw_times, timer.phases, timer.raw_phases
 
 
+def _profiler_tool() -> str | None:
+    """Who holds Python's profiler slot (3.12+: cProfile needs it free)."""
+    monitoring = getattr(sys, "monitoring", None)
+    return monitoring.get_tool(monitoring.PROFILER_ID) if monitoring else None
+
+
 def print_profile_difference(module: cProfile.Profile, raw: cProfile.Profile, steps: int, rows: int = 40) -> None:
     """The functions whose own time the module adds over the raw loop, per step, largest first."""
     own = {}
     for name, profile in (("module", module), ("raw", raw)):
-        stats = pstats.Stats(profile).stats  # pyright: ignore[reportAttributeAccessIssue]
+        profile.create_stats()
+        stats = profile.stats  # pyright: ignore[reportAttributeAccessIssue]
+        print(f"{name}: {len(stats)} functions profiled")
+        if not stats:
+            return
         own[name] = {key: (value[1], value[2]) for key, value in stats.items()}  # (calls, own seconds)
     keys = set(own["module"]) | set(own["raw"])
     extra = sorted(keys, key=lambda k: own["raw"].get(k, (0, 0.0))[1] - own["module"].get(k, (0, 0.0))[1])
