@@ -207,6 +207,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         """Times module steps (batch start to next batch start) and runs a raw block after every ``block``."""
 
         def __init__(self) -> None:
+            self.steps_done = 0
             self.module_times: list[float] = []
             self.raw_times: list[float] = []
             self.start = 0.0
@@ -227,8 +228,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self._mark()
-            if profiles and batch_idx == a.warmup:
-                print(f"profiling module steps from batch {batch_idx}; profiler tool: {_profiler_tool()}")
+            if profiles and self.steps_done == a.warmup:
+                print(f"profiling module steps from step {self.steps_done}; profiler tool: {_profiler_tool()}")
                 profiles[0].enable()
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
@@ -236,9 +237,10 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
 
         def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
             self.phases.mark("stepped")
-            if (batch_idx + 1) % a.block:
+            self.steps_done += 1  # not batch_idx: under MegatronStrategy it counts fetched micro-batches
+            if self.steps_done % a.block:
                 return
-            profiled = profiles if batch_idx + 1 == a.warmup + a.block else None
+            profiled = profiles if self.steps_done == a.warmup + a.block else None
             if profiled:
                 profiled[0].disable()
             torch.cuda.synchronize()
