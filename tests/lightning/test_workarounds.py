@@ -10,7 +10,14 @@ import torch
 from torch.utils.data import DataLoader
 
 from bionemo.lightning import MegatronCompatCallback, MegatronDataModule, megatron_compat
-from bionemo.lightning.workarounds import WORKAROUNDS, Patches, UnverifiedUpstreamWarning, Workaround, workaround
+from bionemo.lightning.workarounds import (
+    WORKAROUNDS,
+    Patches,
+    UnverifiedUpstreamWarning,
+    Workaround,
+    cached_signatures,
+    workaround,
+)
 from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
 from support.iter_predictor import IterPredictor
 from support.tiny_gpt import BigramDataset, make_module
@@ -25,6 +32,7 @@ def _patched_places() -> dict[str, object]:
     from megatron.core.optimizer import clip_grads
     from megatron.core.optimizer import optimizer as megatron_optimizer
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+    from nemo.lightning.megatron_parallel import CallbackConnector, MegatronParallel
     from nemo.lightning.pytorch.plugins.data_sampler import MegatronDataSampler
 
     from bionemo.lightning._nemo import MegatronStep, MegatronStrategy
@@ -45,6 +53,8 @@ def _patched_places() -> dict[str, object]:
         MegatronStep,
         MegatronDataSampler,
         MegatronStrategy,
+        CallbackConnector,
+        MegatronParallel,
         pl.Trainer,
     ):
         places.update({f"{cls.__name__}.{name}": value for name, value in vars(cls).items()})
@@ -77,6 +87,7 @@ class _Probe(pl.Callback):
         from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
         from megatron.core.optimizer import clip_grads
         from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
+        from nemo.lightning.megatron_parallel import CallbackConnector
 
         self.seen[stage] = {
             "multi_tensor_foreach": clip_grads.l2_norm_impl is foreach_l2_norm,
@@ -84,6 +95,7 @@ class _Probe(pl.Callback):
             "distributed_optimizer_step": getattr(
                 DistributedOptimizer._set_main_param_and_optimizer_states, "_bionemo_keeps_step", False
             ),
+            "cached_signatures": CallbackConnector.event is cached_signatures.event,
             "return_predictions": trainer.predict_loop.return_predictions,
         }
 
@@ -102,7 +114,7 @@ def test_a_plain_lightning_fit_leaves_no_upstream_attribute_patched():
     compat = [cb for cb in trainer.callbacks if isinstance(cb, MegatronCompatCallback)]
     assert len(compat) == 1  # added by the module
     assert compat[0].applied == frozenset()
-    assert not any(probe.seen["fit"][name] for name in ("multi_tensor_foreach", "fast_metric_to"))
+    assert not any(probe.seen["fit"][name] for name in ("multi_tensor_foreach", "fast_metric_to", "cached_signatures"))
 
 
 def test_under_megatron_the_work_arounds_apply_per_stage_and_are_removed_at_teardown(monkeypatch):
@@ -117,6 +129,7 @@ def test_under_megatron_the_work_arounds_apply_per_stage_and_are_removed_at_tear
         "multi_tensor_foreach": True,
         "fast_metric_to": True,
         "distributed_optimizer_step": True,
+        "cached_signatures": True,
         "return_predictions": False,
     }
     # prediction needs no optimizer patches; it keeps (and drops) each batch to dodge Lightning's any_on_epoch bug
@@ -124,6 +137,7 @@ def test_under_megatron_the_work_arounds_apply_per_stage_and_are_removed_at_tear
         "multi_tensor_foreach": False,
         "fast_metric_to": True,
         "distributed_optimizer_step": False,
+        "cached_signatures": True,
         "return_predictions": True,
     }
     assert trainer.predict_loop.return_predictions is False
@@ -253,7 +267,7 @@ def test_the_callback_applies_nothing_on_unverified_versions(monkeypatch):
     # each once; the step hook is NeMo's, which Lightning's strategy never calls
     expected = sorted(w.name for w in WORKAROUNDS if w.name != "step_without_distillation_shapes")
     assert sorted(s.split("'")[1] for s in said) == expected
-    assert not any(probe.seen["fit"][name] for name in ("multi_tensor_foreach", "fast_metric_to"))
+    assert not any(probe.seen["fit"][name] for name in ("multi_tensor_foreach", "fast_metric_to", "cached_signatures"))
     assert _patched_places() == before
 
 

@@ -6,6 +6,7 @@ the upstream code it depends on, the stages that need it, and how it is installe
 teardown. :data:`WORKAROUNDS` lists them in the order they are applied.
 """
 
+from bionemo.lightning.workarounds.cached_signatures import CACHED_SIGNATURES
 from bionemo.lightning.workarounds.collect_garbage_before_predict import COLLECT_GARBAGE_BEFORE_PREDICT
 from bionemo.lightning.workarounds.distributed_optimizer_step import DISTRIBUTED_OPTIMIZER_STEP
 from bionemo.lightning.workarounds.fast_metric_to import FAST_METRIC_TO
@@ -27,9 +28,11 @@ WORKAROUNDS: tuple[Workaround, ...] = (
     DISTRIBUTED_OPTIMIZER_STEP,
     MULTI_TENSOR_FOREACH,
     FAST_METRIC_TO,
+    CACHED_SIGNATURES,
 )
 
 __all__ = [
+    "CACHED_SIGNATURES",
     "COLLECT_GARBAGE_BEFORE_PREDICT",
     "DISTRIBUTED_OPTIMIZER_STEP",
     "FAST_METRIC_TO",

@@ -1,0 +1,113 @@
+"""Speed-up: NeMo's dispatch of callbacks and step functions inspects each function once, not on every call.
+
+NeMo 2.7.3 reads a function's signature every time it calls one: ``CallbackConnector.event`` runs
+``inspect.signature`` for each callback of each megatron event (about 27 times per training step of four
+micro-batches: the data sampler, the datamodule and ``MegatronCompatCallback`` listen), and
+``MegatronParallel._setup_module`` runs ``inspect.getfullargspec`` on the loss reduction's ``setup`` for every
+micro-batch. Under
+cProfile on one H200 (``tools/bench_module_overhead.py --profile``, 4 layers x 512, micro-batches of 8 x 256) these
+were the largest host cost the module adds over a raw megatron-core loop: about 1.8 ms per step in ``inspect``.
+:func:`install` replaces both methods with copies that inspect each function (the function behind a bound method,
+so every instance of a class shares it) once while it exists, then pass arguments exactly as NeMo does. Callables
+that are neither functions nor bound methods are inspected on every call, as before. Applied under
+MegatronStrategy for every stage; restored at teardown. Off: ``MegatronCompatCallback(skip=["cached_signatures"])``.
+"""
+
+import inspect
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from bionemo.lightning.workarounds.workaround import Patches, Workaround
+
+__all__ = ["CACHED_SIGNATURES", "callback_parameters", "install"]
+
+_POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+
+
+class Parameters(NamedTuple):
+    """What NeMo's dispatch reads from a signature."""
+
+    positional: tuple[bool, ...]
+    """For each parameter in order: whether it takes a positional argument (NeMo pairs arguments with these)."""
+    names: frozenset[str]
+    var_args: bool
+    var_kwargs: bool
+
+
+def _cached(inspector: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    """``inspector(callable_)``, kept for the function behind a bound method (or the function itself) while it lives."""
+    by_function: weakref.WeakKeyDictionary[types.FunctionType, Any] = weakref.WeakKeyDictionary()
+
+    def lookup(callable_: Any) -> Any:
+        function = callable_.__func__ if isinstance(callable_, types.MethodType) else callable_
+        if not isinstance(function, types.FunctionType):
+            return inspector(callable_)  # a partial, a callable object: inspected every time, as NeMo does
+        found = by_function.get(function)
+        if found is None:
+            found = by_function[function] = inspector(callable_)
+        return found
+
+    return lookup
+
+
+def _parameters(callable_: Any) -> Parameters:
+    parameters = inspect.signature(callable_).parameters.values()
+    return Parameters(
+        positional=tuple(p.kind in _POSITIONAL for p in parameters),
+        names=frozenset(p.name for p in parameters),
+        var_args=any(p.kind == p.VAR_POSITIONAL for p in parameters),
+        var_kwargs=any(p.kind == p.VAR_KEYWORD for p in parameters),
+    )
+
+
+callback_parameters: Callable[[Any], Parameters] = _cached(_parameters)
+"""The :class:`Parameters` of a callback method (the signature of a bound method, without ``self``)."""
+
+_argument_names: Callable[[Any], frozenset[str]] = _cached(lambda f: frozenset(inspect.getfullargspec(f).args))
+
+
+def event(self: Any, name: str, *args: Any, **kwargs: Any) -> None:
+    """``CallbackConnector.event`` with each callback's signature read once."""
+    for callback in self.callbacks.get(name, []):
+        method = getattr(callback, name, None)
+        if not callable(method):
+            continue
+        spec = callback_parameters(method)
+        if not spec.var_args:  # NeMo passes the arguments that pair with a positional parameter
+            args_ = [arg for arg, positional in zip(args, spec.positional, strict=False) if positional]
+        else:
+            args_ = list(args)
+        kwargs_ = kwargs if spec.var_kwargs else {k: v for k, v in kwargs.items() if k in spec.names}
+        method(*args_, **kwargs_)
+
+
+def _setup_module(self: Any, function: Any, **kwargs: Any) -> None:
+    """``MegatronParallel._setup_module`` with ``function.setup``'s argument names read once."""
+    if hasattr(function, "setup"):
+        names = _argument_names(function.setup)
+        function.setup(**{k: v for k, v in kwargs.items() if k in names})
+
+
+def install(patches: Patches) -> None:
+    """Replace NeMo's two per-call signature readers through ``patches`` (once)."""
+    from nemo.lightning.megatron_parallel import CallbackConnector, MegatronParallel
+
+    if CallbackConnector.event is event:
+        return
+    patches.set(CallbackConnector, "event", event)
+    patches.set(MegatronParallel, "_setup_module", _setup_module)
+
+
+CACHED_SIGNATURES = Workaround(
+    name="cached_signatures",
+    upstream="NeMo inspects the signature of every callback and step function on every call (inspect.signature)",
+    verified={"nemo-toolkit": "2.7.3"},
+    sources={
+        "nemo.lightning.megatron_parallel:CallbackConnector.event": "8326d1ef99f528b6",
+        "nemo.lightning.megatron_parallel:MegatronParallel._setup_module": "b1b3680d8ba23e67",
+    },
+    speed_up=True,
+    install=install,
+)

@@ -1,0 +1,89 @@
+"""The cached_signatures work-around dispatches NeMo's callbacks and step setup exactly as NeMo does."""
+
+import inspect
+
+import pytest
+from nemo.lightning.megatron_parallel import CallbackConnector, MegatronParallel
+
+from bionemo.lightning.workarounds import Patches, cached_signatures
+
+
+def recorder_class() -> type:
+    """A class (with new functions on each call) of callbacks of every signature kind NeMo's ``event`` tells apart."""
+
+    class Recorder:
+        def __init__(self, calls: list) -> None:
+            self.calls = calls
+
+        def on_megatron_step_start(self, step, *args, **kwargs):  # *args and **kwargs
+            self.calls.append(("both", step, args, kwargs))
+
+        def on_megatron_microbatches_start(self, step, *args, extra=None):  # *args only
+            self.calls.append(("args", step, args, extra))
+
+        def on_megatron_microbatch_start(self, step, batch=None, **kwargs):  # **kwargs only
+            self.calls.append(("kwargs", step, batch, kwargs))
+
+        def on_megatron_step_end(self, step, reduced=None):  # neither
+            self.calls.append(("neither", step, reduced))
+
+    return Recorder
+
+
+EVENTS = [
+    ("on_megatron_step_start", ("s", "extra positional"), {"reduced": 1, "batch": 2}),
+    ("on_megatron_microbatches_start", ("s", "p"), {"extra": 3, "unknown": 4}),
+    ("on_megatron_microbatch_start", ("s", "b", "dropped"), {"other": 5}),
+    ("on_megatron_step_end", ("s",), {"reduced": 6, "unknown": 7}),
+    ("on_megatron_step_end", (), {"step": "s", "reduced": 8}),
+]
+
+
+def _dispatch(event, recorder: type) -> list:
+    calls: list = []
+    connector = CallbackConnector([recorder(calls), recorder(calls)])
+    for name, args, kwargs in EVENTS:
+        event(connector, name, *args, **kwargs)
+    return calls
+
+
+def test_events_reach_callbacks_with_the_arguments_nemo_passes():
+    recorder = recorder_class()
+    assert _dispatch(cached_signatures.event, recorder) == _dispatch(CallbackConnector.event, recorder)
+
+
+def test_each_function_is_inspected_once_and_every_instance_shares_it(monkeypatch):
+    inspected = []
+    signature = inspect.signature
+    monkeypatch.setattr(inspect, "signature", lambda f, *a, **k: inspected.append(f) or signature(f, *a, **k))
+    recorder = recorder_class()
+    first = _dispatch(cached_signatures.event, recorder)
+    second = _dispatch(cached_signatures.event, recorder)  # new instances, the same methods
+    assert first == second
+    assert len(inspected) == len({name for name, _, _ in EVENTS})
+
+
+class Reduction:
+    def __init__(self) -> None:
+        self.seen: dict = {}
+
+    def setup(self, batch, tensor=None):
+        self.seen = {"batch": batch, "tensor": tensor}
+
+
+@pytest.mark.parametrize("setup_module", [MegatronParallel._setup_module, cached_signatures._setup_module])
+def test_setup_passes_only_the_arguments_setup_names(setup_module):
+    reduction = Reduction()
+    setup_module(None, reduction, batch=1, model=2, forward_module=3, tensor=4)
+    assert reduction.seen == {"batch": 1, "tensor": 4}
+    setup_module(None, object())  # nothing to set up: nothing happens
+
+
+def test_install_replaces_both_and_restore_puts_nemo_back():
+    originals = CallbackConnector.event, MegatronParallel._setup_module
+    with Patches() as patches:
+        cached_signatures.install(patches)
+        cached_signatures.install(patches)  # a second install changes nothing more
+        assert len(patches) == 2
+        assert CallbackConnector.event is cached_signatures.event
+    assert (CallbackConnector.event, MegatronParallel._setup_module) == originals
