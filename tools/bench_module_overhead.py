@@ -17,7 +17,9 @@ Target (DEVELOPERS.md): the module within 3% of the raw loop.
 
 Measured 2026-11-30 on one H200 (before fast_metric_to): micro-batches of 8 x 256 (defaults): raw 47.6 ms, module
 60.8 ms, 1.278x (block pairs 0.93-1.49x); ``--mbs 16 --seq 1024 --steps 60``: raw 93.9 ms, module 99.8 ms,
-1.063x (block pairs 1.04-1.07x).
+1.063x (block pairs 1.04-1.07x). 2026-12-01 (NeMo behind the step-runner adapter, blocks counted in optimizer steps):
+8 x 256: raw 70.9 ms, module 83.1 ms, 1.172x (block pairs 0.88-1.47x); ``--profile`` found NeMo's per-call
+``inspect.signature`` first (now the ``cached_signatures`` work-around).
 
 ``--profile`` runs Python's cProfile over the first block of module steps after the warm-up and over the raw
 block that follows, and prints the functions whose own (host) time the module adds: where its extra time goes,
