@@ -4,7 +4,8 @@ Both train a megatron-core GPTModel of the same shape (local layer spec, bf16, d
 with the gradient NaN check that MegatronStrategy turns on) on the same synthetic tokens, read through the
 same kind of DataLoader and moved to the GPU by the same data step, with the same micro-batching. The raw
 loop runs with the megatron-core fix MegatronCompatCallback installs for the module (multi_tensor_foreach, the wait-free
-gradient norm), so the ratio is the layer's own cost.
+gradient norm) and trains the same objective (``calculate_per_token_loss``, the loss as ``(sum, tokens)``), so the
+ratio is the layer's own cost.
 
 Both loops run in ONE process, in alternating blocks of ``--block`` steps: the raw loop's blocks run inside a
 Lightning callback between two module steps, and are subtracted from that module step's time. At these
@@ -19,7 +20,8 @@ Measured 2026-11-30 on one H200 (before fast_metric_to): micro-batches of 8 x 25
 60.8 ms, 1.278x (block pairs 0.93-1.49x); ``--mbs 16 --seq 1024 --steps 60``: raw 93.9 ms, module 99.8 ms,
 1.063x (block pairs 1.04-1.07x). 2026-12-01 (NeMo behind the step-runner adapter, blocks counted in optimizer steps):
 8 x 256: raw 70.9 ms, module 83.1 ms, 1.172x (block pairs 0.88-1.47x); ``--profile`` found NeMo's per-call
-``inspect.signature`` first (now the ``cached_signatures`` work-around).
+``inspect.signature`` first (now the ``cached_signatures`` work-around). Until then the raw loop averaged
+per-micro-batch means while the module trained the global token-weighted mean (a GPU wait per step more).
 
 ``--profile`` runs Python's cProfile over the first block of module steps after the warm-up and over the raw
 block that follows, and prints the functions whose own (host) time the module adds: where its extra time goes,
@@ -83,6 +85,10 @@ def config_kwargs(a) -> dict[str, Any]:
         "bias_activation_fusion": False,
         "bias_dropout_fusion": False,
         "gradient_accumulation_fusion": False,
+        # the objective the module trains with a token-weighted loss reduction (the step's global token-weighted
+        # mean; MegatronStepRunner.prepare_model sets it): megatron then divides the gradients by the step's token
+        # count in finalize_model_grads, which waits for the GPU (`if num_tokens > 0`), in both loops alike
+        "calculate_per_token_loss": True,
     }
 
 
@@ -152,9 +158,9 @@ def raw_loop(a, phases: Phases) -> Any:
         batch = data_step(next(data))
         logits = m(input_ids=batch["tokens"], position_ids=position_ids, attention_mask=None)  # [b, s, v]
 
-        def loss(out):  # the same cross-entropy the module's loss reduction computes
+        def loss(out):  # the same cross-entropy and megatron contract as the module's loss reduction
             loss_sum, n = masked_token_loss_sums(out.transpose(0, 1), batch["labels"], batch["loss_mask"])
-            return loss_sum / n, {"loss": (loss_sum / n).detach()}
+            return loss_sum, n.to(torch.int), {"loss": torch.stack([loss_sum.detach(), n])}
 
         return logits, loss
 
