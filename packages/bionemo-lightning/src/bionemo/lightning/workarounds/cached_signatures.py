@@ -92,7 +92,7 @@ def _setup_module(self: Any, function: Any, **kwargs: Any) -> None:
 
 def install(patches: Patches) -> None:
     """Replace NeMo's two per-call signature readers through ``patches`` (once)."""
-    from nemo.lightning.megatron_parallel import CallbackConnector, MegatronParallel
+    from bionemo.lightning._nemo import CallbackConnector, MegatronParallel
 
     if CallbackConnector.event is event:
         return
