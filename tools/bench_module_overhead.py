@@ -306,25 +306,43 @@ def _profiler_tool() -> str | None:
 
 
 def print_profile_difference(module: cProfile.Profile, raw: cProfile.Profile, steps: int, rows: int = 40) -> None:
-    """The functions whose own time the module adds over the raw loop, per step, largest first."""
-    own = {}
+    """The functions whose own time the module adds over the raw loop, per step, largest first, with their callers."""
+    stats = {}
     for name, profile in (("module", module), ("raw", raw)):
         profile.create_stats()
-        stats = profile.stats  # pyright: ignore[reportAttributeAccessIssue]
-        print(f"{name}: {len(stats)} functions profiled")
-        if not stats:
+        stats[name] = profile.stats  # pyright: ignore[reportAttributeAccessIssue]
+        print(f"{name}: {len(stats[name])} functions profiled")
+        if not stats[name]:
             return
-        own[name] = {key: (value[1], value[2]) for key, value in stats.items()}  # (calls, own seconds)
+    own = {name: {key: (v[1], v[2]) for key, v in found.items()} for name, found in stats.items()}  # calls, seconds
     keys = set(own["module"]) | set(own["raw"])
     extra = sorted(keys, key=lambda k: own["raw"].get(k, (0, 0.0))[1] - own["module"].get(k, (0, 0.0))[1])
     total = sum(v[1] for v in own["module"].values()) - sum(v[1] for v in own["raw"].values())
     print(f"\nown host time the module adds under cProfile: {total * 1e3 / steps:+.2f} ms per step; largest:")
-    print(f"{'extra ms/step':>13} {'module calls':>12} {'raw calls':>9}  function")
+    print(f"{'extra ms/step':>13} {'module calls':>12} {'raw calls':>9}  function  <- its most frequent callers")
     for key in extra[:rows]:
         (m_calls, m_s), (r_calls, r_s) = own["module"].get(key, (0, 0.0)), own["raw"].get(key, (0, 0.0))
-        file, line, function = key
-        where = f"{'/'.join(file.split('/')[-3:])}:{line}({function})"
-        print(f"{(m_s - r_s) * 1e3 / steps:+13.3f} {m_calls // steps:12d} {r_calls // steps:9d}  {where}")
+        chain = "".join(f"  <- {_where(c)}" for c in _caller_chain(stats["module"], key))
+        print(f"{(m_s - r_s) * 1e3 / steps:+13.3f} {m_calls // steps:12d} {r_calls // steps:9d}  {_where(key)}{chain}")
+
+
+def _caller_chain(stats: dict, key: tuple, depth: int = 4) -> list[tuple]:
+    """The most frequent caller of ``key``, then its most frequent caller, ``depth`` levels up (no repeats)."""
+    chain: list[tuple] = []
+    while len(chain) < depth:
+        callers = stats.get(key, (0, 0, 0.0, 0.0, {}))[4]  # caller -> (calls, primitive calls, own s, cumulative s)
+        if not callers:
+            break
+        key = max(callers, key=lambda c: callers[c][0])
+        if key in chain:
+            break
+        chain.append(key)
+    return chain
+
+
+def _where(key: tuple[str, int, str]) -> str:
+    file, line, function = key
+    return f"{'/'.join(file.split('/')[-3:])}:{line}({function})"
 
 
 def main() -> None:
