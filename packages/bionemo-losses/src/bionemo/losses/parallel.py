@@ -6,6 +6,7 @@ Reductions and callbacks take a :class:`ParallelGroups` instead of reaching into
 communicated.
 """
 
+import sys
 from dataclasses import dataclass
 from typing import cast
 
@@ -39,9 +40,10 @@ class ParallelGroups:
         """Groups of the calling rank: megatron's when initialized, else the world as data parallel."""
         if not (dist.is_available() and dist.is_initialized()):
             return cls()
-        from bionemo.core.megatron_env import prepare_megatron_import
+        if "megatron.core.parallel_state" not in sys.modules:  # before the first import only: it lists /dev
+            from bionemo.core.megatron_env import prepare_megatron_import
 
-        prepare_megatron_import()
+            prepare_megatron_import()
         from megatron.core import parallel_state
 
         if not parallel_state.model_parallel_is_initialized():
