@@ -46,6 +46,8 @@ def test_prepare_keeps_user_values(monkeypatch):
 
     monkeypatch.setenv(SWITCH, "1")
     monkeypatch.setenv("TORCH_CUDA_ARCH_LIST", "8.0")
+    monkeypatch.setenv("CUDA_HOME", "/opt/user-cuda")  # also keeps the session's environment as it was
     needed = prepare_megatron_import()
     assert os.environ["TORCH_CUDA_ARCH_LIST"] == "8.0"
+    assert os.environ["CUDA_HOME"] == "/opt/user-cuda"
     assert needed is (not torch.cuda.is_available())

@@ -20,6 +20,9 @@ def _free_port() -> int:
 
 
 def _worker(rank: int, world_size: int, port: int, fn: Callable[..., Any], args: tuple, out_dir: str) -> None:
+    from bionemo.core.megatron_env import prepare_megatron_import
+
+    prepare_megatron_import()  # a spawned process: before its workers import megatron-core (as conftest does here)
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
     dist.init_process_group("gloo", rank=rank, world_size=world_size)
     try:
