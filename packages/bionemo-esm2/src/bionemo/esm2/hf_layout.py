@@ -97,11 +97,30 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
             than ESM-2's 33 tokens, missing or non-positive shape settings, or a hidden size that the heads do
             not divide.
     """
-    folder = Path(folder)
-    path = folder / "config.json"
+    path = Path(folder) / "config.json"
+    config = _config_json(path)
+    _check_esm2_kind(path, config)
+    hidden, heads, seq_length = _checked_shape(path, config)
+    settings = _checked_rates(path, config)
+    return {
+        "num_layers": config["num_hidden_layers"],
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "ffn_hidden_size": config["intermediate_size"],
+        "seq_length": seq_length,
+        "layernorm_epsilon": settings["layer_norm_eps"],
+        "token_dropout": bool(config.get("token_dropout", False)),
+        "hidden_dropout": settings["hidden_dropout_prob"],
+        "attention_dropout": settings["attention_probs_dropout_prob"],
+        "vocab_size": VOCAB_SIZE,
+    }
+
+
+def _config_json(path: Path) -> dict[str, Any]:
+    """``config.json``'s settings, or a :class:`CheckpointError` saying why there are none."""
     if not path.is_file():
         raise CheckpointError(
-            f"Hugging Face folder {folder} has no config.json; an ESM-2 folder needs config.json and "
+            f"Hugging Face folder {path.parent} has no config.json; an ESM-2 folder needs config.json and "
             f"model.safetensors or pytorch_model.bin"
         )
     try:
@@ -110,6 +129,11 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
         raise CheckpointError(f"{path} cannot be read as JSON: {error}") from None
     if not isinstance(config, dict):
         raise CheckpointError(f"{path} holds a JSON {type(config).__name__}, not an object of settings")
+    return config
+
+
+def _check_esm2_kind(path: Path, config: Mapping[str, Any]) -> None:
+    """Refuse what is not an ESM-2 language model: other model types, ESM-1 positions, ESMFold, other vocabularies."""
     model_type = config.get("model_type")
     if model_type != "esm":
         raise CheckpointError(
@@ -130,6 +154,10 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     vocab = config.get("vocab_size")
     if vocab != VOCAB_SIZE:
         raise CheckpointError(f"{path} has vocab_size {vocab!r}; ESM-2's vocabulary has {VOCAB_SIZE} tokens")
+
+
+def _checked_shape(path: Path, config: Mapping[str, Any]) -> tuple[int, int, int]:
+    """``(hidden_size, num_attention_heads, max_position_embeddings)``, after checking every shape setting."""
     for key in _SHAPE_KEYS:
         value = config.get(key)
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -148,28 +176,18 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     seq_length = config.get("max_position_embeddings", 1026)
     if isinstance(seq_length, bool) or not isinstance(seq_length, int) or seq_length < 3:
         raise CheckpointError(f"{path} has max_position_embeddings {seq_length!r}; it must be an integer above 2")
-    settings = {
-        "layer_norm_eps": 1e-12,
-        "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.1,
-    }
+    return hidden, heads, seq_length
+
+
+def _checked_rates(path: Path, config: Mapping[str, Any]) -> dict[str, float]:
+    """The layer-norm epsilon and dropout rates, ``EsmConfig``'s defaults where the file leaves them out."""
+    settings = {"layer_norm_eps": 1e-12, "hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1}
     for key, default in settings.items():
         value = config.get(key, default)
         if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
             raise CheckpointError(f"{path} has {key} {value!r}; it must be a non-negative number")
         settings[key] = float(value)
-    return {
-        "num_layers": config["num_hidden_layers"],
-        "hidden_size": hidden,
-        "num_attention_heads": heads,
-        "ffn_hidden_size": config["intermediate_size"],
-        "seq_length": seq_length,
-        "layernorm_epsilon": settings["layer_norm_eps"],
-        "token_dropout": bool(config.get("token_dropout", False)),
-        "hidden_dropout": settings["hidden_dropout_prob"],
-        "attention_dropout": settings["attention_probs_dropout_prob"],
-        "vocab_size": VOCAB_SIZE,
-    }
+    return settings
 
 
 def hf_config(model: Mapping[str, Any]) -> dict[str, Any]:
