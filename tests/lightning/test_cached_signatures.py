@@ -1,6 +1,7 @@
 """The cached_signatures work-around dispatches NeMo's callbacks and step setup exactly as NeMo does."""
 
 import inspect
+import types
 
 import pytest
 from nemo.lightning.megatron_parallel import CallbackConnector, MegatronParallel
@@ -61,6 +62,24 @@ def test_each_function_is_inspected_once_and_every_instance_shares_it(monkeypatc
     second = _dispatch(cached_signatures.event, recorder)  # new instances, the same methods
     assert first == second
     assert len(inspected) == len({name for name, _, _ in EVENTS})
+
+
+def test_one_function_used_bound_and_plain_keeps_both_signatures():
+    """A bound method's signature leaves out ``self``: NeMo pairs positional arguments differently for each use."""
+
+    def hook(first=None, second=None, third=None):
+        calls.append((type(first).__name__, second, third))
+
+    holder = type("Holder", (), {"on_megatron_step_end": hook})()  # looked up bound: (second, third)
+    plain = types.SimpleNamespace(on_megatron_step_end=hook)  # looked up plain: (first, second, third)
+    results = []
+    for event in (cached_signatures.event, CallbackConnector.event):
+        calls: list = []
+        connector = CallbackConnector([holder, plain])
+        for _ in range(2):
+            event(connector, "on_megatron_step_end", "x", "y", "z")
+        results.append(calls)
+    assert results[0] == results[1] == [("Holder", "x", "y"), ("str", "y", "z")] * 2
 
 
 class Reduction:

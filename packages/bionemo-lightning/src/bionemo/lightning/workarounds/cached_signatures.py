@@ -40,16 +40,22 @@ class Parameters(NamedTuple):
 
 
 def _cached(inspector: Callable[[Any], Any]) -> Callable[[Any], Any]:
-    """``inspector(callable_)``, kept for the function behind a bound method (or the function itself) while it lives."""
-    by_function: weakref.WeakKeyDictionary[types.FunctionType, Any] = weakref.WeakKeyDictionary()
+    """``inspector(callable_)``, kept for the function behind a bound method (or the function itself) while it lives.
+
+    Bound and plain uses of one function are kept apart: a bound method's signature leaves out its first parameter.
+    """
+    by_function: dict[bool, weakref.WeakKeyDictionary[types.FunctionType, Any]] = {
+        bound: weakref.WeakKeyDictionary() for bound in (True, False)
+    }
 
     def lookup(callable_: Any) -> Any:
-        function = callable_.__func__ if isinstance(callable_, types.MethodType) else callable_
+        bound = isinstance(callable_, types.MethodType)
+        function = callable_.__func__ if bound else callable_
         if not isinstance(function, types.FunctionType):
             return inspector(callable_)  # a partial, a callable object: inspected every time, as NeMo does
-        found = by_function.get(function)
+        found = by_function[bound].get(function)
         if found is None:
-            found = by_function[function] = inspector(callable_)
+            found = by_function[bound][function] = inspector(callable_)
         return found
 
     return lookup
