@@ -34,7 +34,6 @@ Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 
 import argparse
 import cProfile
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -237,7 +236,6 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self._mark()
             if profiles and self.steps_done == a.warmup:
-                print(f"profiling module steps from step {self.steps_done}; profiler tool: {_profiler_tool()}")
                 profiles[0].enable()
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
@@ -299,20 +297,14 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
     return timer.module_times, timer.raw_times, timer.phases, timer.raw_phases
 
 
-def _profiler_tool() -> str | None:
-    """Who holds Python's profiler slot (3.12+: cProfile needs it free)."""
-    monitoring = getattr(sys, "monitoring", None)
-    return monitoring.get_tool(monitoring.PROFILER_ID) if monitoring else None
-
-
 def print_profile_difference(module: cProfile.Profile, raw: cProfile.Profile, steps: int, rows: int = 40) -> None:
     """The functions whose own time the module adds over the raw loop, per step, largest first, with their callers."""
     stats = {}
     for name, profile in (("module", module), ("raw", raw)):
         profile.create_stats()
         stats[name] = profile.stats  # pyright: ignore[reportAttributeAccessIssue]
-        print(f"{name}: {len(stats[name])} functions profiled")
         if not stats[name]:
+            print(f"--profile: the {name} loop's profile is empty")
             return
     own = {name: {key: (v[1], v[2]) for key, v in found.items()} for name, found in stats.items()}  # calls, seconds
     keys = set(own["module"]) | set(own["raw"])
