@@ -210,7 +210,10 @@ def _run_prediction(
     trainer = build_trainer(settings, training=False, callbacks=callbacks)
     trainer.predict(module, datamodule=data, return_predictions=False)
     trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
-    tokens = lambda positions: sum(len(records[i].sequence) + 2 for i in positions)  # noqa: E731
+
+    def tokens(positions: Sequence[int]) -> int:
+        return sum(len(records[i].sequence) + 2 for i in positions)
+
     return {
         "rank": trainer.global_rank,
         "tokens": tokens(todo),
