@@ -26,9 +26,11 @@ per-micro-batch means while the module trained the global token-weighted mean (a
 ``--profile`` runs Python's cProfile over the first block of module steps after the warm-up and over the raw
 block that follows, and prints the functions whose own (host) time the module adds: where its extra time goes,
 by function, with the call counts of both loops (cProfile slows both; compare counts and differences, not totals).
+``--kernels`` records the GPU kernels of the same blocks (torch.profiler) and prints launches and GPU time per step
+of both loops, by kernel, the largest differences first: whether the module launches work the raw loop does not.
 
 Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 512 --mbs 8 --nmb 4 --seq 256]
-    [--steps 120 --block 10 --warmup 20] [--profile]
+    [--steps 120 --block 10 --warmup 20] [--profile] [--kernels]
 """
 
 import argparse
@@ -209,6 +211,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
 
     # module, raw; outside the callback, which NeMo deep-copies (a Profile cannot be copied)
     profiles = (cProfile.Profile(), cProfile.Profile()) if a.profile else None
+    kernels = (kernel_profiler(), kernel_profiler()) if a.kernels else None
 
     class Interleave(pl.Callback):
         """Times module steps (batch start to next batch start) and runs a raw block after every ``block``."""
@@ -237,6 +240,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
             self._mark()
             if profiles and self.steps_done == a.warmup:
                 profiles[0].enable()
+            if kernels and self.steps_done == a.warmup:
+                kernels[0].start()
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
             self.phases.mark("optimizer")
@@ -250,6 +255,10 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
             if profiled:
                 profiled[0].disable()
             torch.cuda.synchronize()
+            traced = kernels if self.steps_done == a.warmup + a.block else None
+            if traced:
+                traced[0].stop()
+                traced[1].start()
             block_start = time.perf_counter()
             for _ in range(a.block):
                 torch.cuda.synchronize()
@@ -263,6 +272,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
                 end = time.perf_counter()
                 self.raw_times.append(end - start)
                 self.raw_phases.close(end)
+            if traced:
+                traced[1].stop()
             self.raw_block = time.perf_counter() - block_start
 
         def on_train_end(self, trainer, pl_module):
@@ -294,6 +305,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
     trainer.fit(lm, datamodule=data)
     if profiles:
         print_profile_difference(*profiles, steps=a.block)
+    if kernels:
+        print_kernel_difference(*kernels, steps=a.block)
     return timer.module_times, timer.raw_times, timer.phases, timer.raw_phases
 
 
@@ -316,6 +329,37 @@ def print_profile_difference(module: cProfile.Profile, raw: cProfile.Profile, st
         (m_calls, m_s), (r_calls, r_s) = own["module"].get(key, (0, 0.0)), own["raw"].get(key, (0, 0.0))
         chain = "".join(f"  <- {_where(c)}" for c in _caller_chain(stats["module"], key))
         print(f"{(m_s - r_s) * 1e3 / steps:+13.3f} {m_calls // steps:12d} {r_calls // steps:9d}  {_where(key)}{chain}")
+
+
+def kernel_profiler() -> Any:
+    from torch.profiler import ProfilerActivity, profile
+
+    return profile(activities=[ProfilerActivity.CUDA])
+
+
+def print_kernel_difference(module: Any, raw: Any, steps: int, rows: int = 25) -> None:
+    """GPU kernels by name: launches and GPU time per step of both loops, the largest differences first."""
+    found = {}
+    for name, profiler in (("module", module), ("raw", raw)):
+        events = [e for e in profiler.key_averages() if e.self_device_time_total]
+        found[name] = {e.key: (e.count, e.self_device_time_total / 1e3) for e in events}  # kernel -> (launches, ms)
+    totals = {name: [sum(v[i] for v in kernels.values()) / steps for i in (0, 1)] for name, kernels in found.items()}
+    print("\nGPU kernels per step (torch.profiler):  launches        ms")
+    for name, (launches, ms) in totals.items():
+        print(f"{name:38} {launches:9.0f} {ms:9.2f}")
+    none = (0, 0.0)
+    keys = sorted(
+        set(found["module"]) | set(found["raw"]),
+        key=lambda k: (
+            -abs(found["module"].get(k, none)[1] - found["raw"].get(k, none)[1])
+            - abs(found["module"].get(k, none)[0] - found["raw"].get(k, none)[0])
+        ),
+    )
+    print(f"{'extra ms/step':>13} {'module launches':>15} {'raw launches':>12}  kernel")
+    for key in keys[:rows]:
+        (m_n, m_ms), (r_n, r_ms) = found["module"].get(key, none), found["raw"].get(key, none)
+        if (m_n, round(m_ms, 3)) != (r_n, round(r_ms, 3)):
+            print(f"{(m_ms - r_ms) / steps:+13.3f} {m_n / steps:15.1f} {r_n / steps:12.1f}  {key[:100]}")
 
 
 def _caller_chain(stats: dict, key: tuple, depth: int = 4) -> list[tuple]:
@@ -342,6 +386,7 @@ def main() -> None:
     for key, value in {**SIZES, **RUN}.items():
         parser.add_argument(f"--{key}", type=int, default=value)
     parser.add_argument("--profile", action="store_true", help="cProfile one block of each loop (see above)")
+    parser.add_argument("--kernels", action="store_true", help="GPU kernels of one block of each loop (see above)")
     a = parser.parse_args()
     if a.steps % a.block or a.warmup % a.block or a.warmup >= a.steps:
         parser.error("--steps and --warmup must be multiples of --block, and --warmup below --steps")

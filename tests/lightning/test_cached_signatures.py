@@ -1,9 +1,12 @@
 """The cached_signatures work-around dispatches NeMo's callbacks and step setup exactly as NeMo does."""
 
+import functools
 import inspect
 import types
 
+import lightning.pytorch.core.module as lightning_module
 import pytest
+from lightning.pytorch.utilities.signature_utils import is_param_in_hook_signature
 from nemo.lightning.megatron_parallel import CallbackConnector, MegatronParallel
 
 from bionemo.lightning.workarounds import Patches, cached_signatures
@@ -98,11 +101,69 @@ def test_setup_passes_only_the_arguments_setup_names(setup_module):
     setup_module(None, object())  # nothing to set up: nothing happens
 
 
-def test_install_replaces_both_and_restore_puts_nemo_back():
-    originals = CallbackConnector.event, MegatronParallel._setup_module
+def _decorated(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        return function(*args, **kwargs)
+
+    return wrapper
+
+
+class Hooks:
+    def training_step(self, batch, batch_idx):
+        pass
+
+    def iterator_step(self, dataloader_iter):
+        pass
+
+    def var_step(self, *args):
+        pass
+
+    @_decorated
+    def decorated_step(self, batch, dataloader_iter):
+        pass
+
+
+QUESTIONS = [
+    {"param": "dataloader_iter", "explicit": True},
+    {"param": "dataloader_iter"},
+    {"param": "batch_idx", "min_args": 2},
+    {"param": "dataloader_idx", "min_args": 3},
+]
+
+
+@pytest.mark.parametrize("hook", ["training_step", "iterator_step", "var_step", "decorated_step"])
+def test_hook_signature_answers_as_lightning(hook):
+    for holder in (Hooks(), Hooks):  # bound and plain
+        for question in QUESTIONS:
+            fx = getattr(holder, hook)
+            assert cached_signatures.is_param_in_hook_signature(fx, **question) == is_param_in_hook_signature(
+                fx, **question
+            ), (holder, question)
+
+
+def test_lightning_log_reads_the_training_step_signature_once(monkeypatch):
+    inspected = []
+    spec = inspect.getfullargspec
+    monkeypatch.setattr(inspect, "getfullargspec", lambda f: inspected.append(f) or spec(f))
+    fresh = type("Fresh", (), {"training_step": lambda self, batch, batch_idx: None})  # a function not yet cached
+    hooks = [fresh(), fresh()]
+    for _ in range(3):
+        for instance in hooks:
+            assert not cached_signatures.is_param_in_hook_signature(instance.training_step, "dataloader_iter", True)
+    assert len(inspected) == 1
+
+
+def test_install_replaces_all_three_and_restore_puts_upstream_back():
+    originals = CallbackConnector.event, MegatronParallel._setup_module, lightning_module.is_param_in_hook_signature
     with Patches() as patches:
         cached_signatures.install(patches)
         cached_signatures.install(patches)  # a second install changes nothing more
-        assert len(patches) == 2
+        assert len(patches) == 3
         assert CallbackConnector.event is cached_signatures.event
-    assert (CallbackConnector.event, MegatronParallel._setup_module) == originals
+        assert lightning_module.is_param_in_hook_signature is cached_signatures.is_param_in_hook_signature
+    assert (
+        CallbackConnector.event,
+        MegatronParallel._setup_module,
+        lightning_module.is_param_in_hook_signature,
+    ) == originals

@@ -4,13 +4,15 @@ NeMo 2.7.3 reads a function's signature every time it calls one: ``CallbackConne
 ``inspect.signature`` for each callback of each megatron event (NeMo's ``MegatronOptimizerModule`` listens to all
 13 events of a step of four micro-batches, the data sampler and ``MegatronCompatCallback`` to some: 27 calls per
 step in the profiled GPU run), and ``MegatronParallel._setup_module`` runs ``inspect.getfullargspec`` on the loss
-reduction's ``setup`` for every micro-batch. Under cProfile on one H200 (``tools/bench_module_overhead.py
+reduction's ``setup`` for every micro-batch. Lightning 2.4.0's ``LightningModule.log`` does the same to the module's
+``training_step`` on every call while training (``is_param_in_hook_signature``, 7 calls per step of that run: NeMo's
+data sampler and strategy log through it). Under cProfile on one H200 (``tools/bench_module_overhead.py
 --profile``, 4 layers x 512, micro-batches of 8 x 256) these were the largest host cost the module adds over a raw
 megatron-core loop: about 1.8 ms per step in ``inspect``. ``tools/bench_callback_events.py`` dispatches one step's
 events to those callbacks: 358-627 us per step as NeMo ships, 50-89 us with this work-around (2-core CPU machine,
 4 runs).
 
-:func:`install` replaces both methods with copies that inspect each function (the function behind a bound method,
+:func:`install` replaces the three readers with copies that inspect each function (the function behind a bound method,
 so every instance of a class shares it) once while it exists, then pass arguments exactly as NeMo does. Callables
 that are neither functions nor bound methods are inspected on every call, as before. Applied under
 MegatronStrategy for every stage; restored at teardown. Off: ``MegatronCompatCallback(skip=["cached_signatures"])``.
@@ -24,7 +26,7 @@ from typing import Any, NamedTuple
 
 from bionemo.lightning.workarounds.workaround import Patches, Workaround
 
-__all__ = ["CACHED_SIGNATURES", "callback_parameters", "install"]
+__all__ = ["CACHED_SIGNATURES", "callback_parameters", "install", "is_param_in_hook_signature"]
 
 _POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
@@ -99,23 +101,53 @@ def _setup_module(self: Any, function: Any, **kwargs: Any) -> None:
         function.setup(**{k: v for k, v in kwargs.items() if k in names})
 
 
+def _arg_spec(function: Any) -> inspect.FullArgSpec:
+    return inspect.getfullargspec(function)  # looked up per call, so tests can count the inspections
+
+
+_full_arg_spec: Callable[[Any], inspect.FullArgSpec] = _cached(_arg_spec)
+
+
+def is_param_in_hook_signature(
+    hook_fx: Callable[..., Any], param: str, explicit: bool = False, min_args: int | None = None
+) -> bool:
+    """Lightning's ``is_param_in_hook_signature`` with each hook's argument spec read once."""
+    if hasattr(hook_fx, "__wrapped__"):  # a decorated hook
+        hook_fx = hook_fx.__wrapped__  # pyright: ignore[reportFunctionMemberAccess]
+    parameters = _full_arg_spec(hook_fx)
+    args = parameters.args[1:]  # without ``self``
+    return (
+        param in args
+        or (not explicit and parameters.varargs is not None)
+        or (isinstance(min_args, int) and len(args) >= min_args)
+    )
+
+
 def install(patches: Patches) -> None:
-    """Replace NeMo's two per-call signature readers through ``patches`` (once)."""
+    """Replace NeMo's two per-call signature readers and the one ``LightningModule.log`` uses (once)."""
+    import lightning.pytorch.core.module as lightning_module
+
     from bionemo.lightning._nemo import CallbackConnector, MegatronParallel
 
     if CallbackConnector.event is event:
         return
     patches.set(CallbackConnector, "event", event)
     patches.set(MegatronParallel, "_setup_module", _setup_module)
+    patches.set(lightning_module, "is_param_in_hook_signature", is_param_in_hook_signature)
 
 
 CACHED_SIGNATURES = Workaround(
     name="cached_signatures",
-    upstream="NeMo inspects the signature of every callback and step function on every call (inspect.signature)",
-    verified={"nemo-toolkit": "2.7.3"},
+    upstream=(
+        "NeMo inspects the signature of every callback and step function on every call (inspect.signature); "
+        "LightningModule.log inspects training_step on every call"
+    ),
+    verified={"nemo-toolkit": "2.7.3", "lightning": "2.4.0"},
     sources={
         "nemo.lightning.megatron_parallel:CallbackConnector.event": "8326d1ef99f528b6",
         "nemo.lightning.megatron_parallel:MegatronParallel._setup_module": "b1b3680d8ba23e67",
+        "lightning.pytorch.utilities.signature_utils:is_param_in_hook_signature": "6bd4f22c778d7ccc",
+        "lightning.pytorch.core.module:LightningModule.log": "917108e8d9600417",
     },
     speed_up=True,
     install=install,
