@@ -10,7 +10,7 @@ times 3 for forward and backward. Target (DEVELOPERS.md): 50% of the GPU's bf16 
 
 Usage (GPU machine): python tools/bench_recipe_throughput.py [--mbs 32 --nmb 8 --steps 25]
     [--model hidden_size=1024 --model num_attention_heads=16 ...] [--peak-tflops 989] [--num-workers 2]
-    [--pin-memory] [--modes sdpa,local] [--profile DIR]: a table of GPU time by operator over steps 6-7 (the
+    [--no-pin-memory] [--modes sdpa,local] [--profile DIR]: a table of GPU time by operator over steps 6-7 (the
     profiled steps are not timed apart; use --steps 15 or more so the median is not one of them) [--sync-debug]:
     where the host waits for the GPU in steps 6-7 (each synchronizing call with its callers)
 """
@@ -208,8 +208,13 @@ def main() -> None:
     parser.add_argument("--nmb", type=int, default=8, help="micro-batches per step (recipe: 256 / 32 = 8)")
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--model", action="append", default=[], help="KEY=VALUE override of the recipe's model")
-    parser.add_argument("--num-workers", type=int, default=0, help="DataLoader workers (the recipe: 0)")
-    parser.add_argument("--pin-memory", action="store_true", help="page-locked batches (the recipe: off)")
+    from bionemo.esm2.train import TRAIN_WORKERS
+
+    workers = f"DataLoader workers (the recipe on GPUs: {TRAIN_WORKERS})"
+    parser.add_argument("--num-workers", type=int, default=TRAIN_WORKERS, help=workers)
+    parser.add_argument(
+        "--pin-memory", action=argparse.BooleanOptionalAction, default=True, help="page-locked batches (the recipe: on)"
+    )
     parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS)
     parser.add_argument("--profile", metavar="DIR", help="write the GPU time by operator of steps 6-7 into DIR")
     parser.add_argument("--sync-debug", action="store_true", help="print where steps 6-7 wait for the GPU")
