@@ -26,17 +26,21 @@ per-micro-batch means while the module trained the global token-weighted mean (a
 ``--profile`` runs Python's cProfile over the first block of module steps after the warm-up and over the raw
 block that follows, and prints the functions whose own (host) time the module adds: where its extra time goes,
 by function, with the call counts of both loops (cProfile slows both; compare counts and differences, not totals).
-``--kernels`` records the GPU kernels of the same blocks (torch.profiler) and prints launches and GPU time per step
-of both loops, by kernel, the largest differences first: whether the module launches work the raw loop does not.
+``--profile-phase N`` profiles only phase N of each step (0: before the first forward, 1: forward + backward,
+2: optimizer step, 3: after it; see :class:`Phases`). ``--kernels`` records the GPU kernels of the same blocks
+(torch.profiler) and prints launches and GPU time per step of both loops, by kernel, the largest differences
+first: whether the module launches work the raw loop does not.
 
 Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 512 --mbs 8 --nmb 4 --seq 256]
-    [--steps 120 --block 10 --warmup 20] [--profile] [--kernels]
+    [--steps 120 --block 10 --warmup 20] [--profile [--profile-phase 0-3]] [--kernels]
 """
 
 import argparse
 import cProfile
+import functools
 import statistics
 import time
+from collections.abc import Callable
 from typing import Any
 
 SIZES = {"layers": 4, "hidden": 512, "heads": 8, "vocab": 1024, "seq": 256, "mbs": 8, "nmb": 4}
@@ -53,13 +57,18 @@ class Phases:
     NAMES = ("before the first forward", "forward + backward", "optimizer step", "after the optimizer step")
     MARKS = ("start", "forward", "optimizer", "stepped")
 
-    def __init__(self) -> None:
+    def __init__(self, profile: Callable[[], cProfile.Profile] | None = None, phase: int | None = None) -> None:
         self.marks: dict[str, float] = {}
         self.steps: list[tuple[float, ...]] = []
+        # a function, not the Profile: NeMo deep-copies the callback holding this, and a Profile cannot be copied
+        self.profile, self.phase = profile, phase
+        self.armed = False  # while armed, ``profile()`` runs during phase ``phase`` of each step
 
     def mark(self, name: str) -> None:
         """Record ``name`` the first time it happens in this step."""
-        self.marks.setdefault(name, time.perf_counter())
+        if name not in self.marks:
+            self.marks[name] = time.perf_counter()
+            self._toggle(name)
 
     def close(self, end: float, excluded: float = 0.0) -> None:
         """End the step at ``end`` (less ``excluded`` seconds spent in the other loop), start the next."""
@@ -68,6 +77,21 @@ class Phases:
             points = [m[key] for key in self.MARKS]
             self.steps.append((*(b - a for a, b in zip(points, points[1:], strict=False)), end - excluded - points[-1]))
         self.marks = {"start": end}
+        self._toggle("start")
+
+    def arm(self, armed: bool) -> None:
+        self.armed = armed
+        if not armed and self.profile is not None:
+            self.profile().disable()
+
+    def _toggle(self, name: str) -> None:
+        if self.profile is None or self.phase is None or not self.armed:
+            return
+        index = self.MARKS.index(name)
+        if index == self.phase:
+            self.profile().enable()
+        elif index == (self.phase + 1) % len(self.MARKS):
+            self.profile().disable()
 
 
 def config_kwargs(a) -> dict[str, Any]:
@@ -222,7 +246,10 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
             self.raw_times: list[float] = []
             self.start = 0.0
             self.raw_block = 0.0
-            self.phases, self.raw_phases = Phases(), Phases()
+            self.phases, self.raw_phases = (
+                Phases(functools.partial(lambda i: profiles[i], i), a.profile_phase) if profiles else Phases()  # pyright: ignore[reportOptionalSubscript]
+                for i in (0, 1)
+            )
 
         def _mark(self) -> None:
             torch.cuda.synchronize()
@@ -239,7 +266,11 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self._mark()
             if profiles and self.steps_done == a.warmup:
-                profiles[0].enable()
+                if a.profile_phase is None:
+                    profiles[0].enable()
+                else:
+                    self.phases.arm(True)
+                    self.phases._toggle("start")  # the step's start mark came before arming
             if kernels and self.steps_done == a.warmup:
                 kernels[0].start()
 
@@ -254,6 +285,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
             profiled = profiles if self.steps_done == a.warmup + a.block else None
             if profiled:
                 profiled[0].disable()
+                self.phases.arm(False)
+                self.raw_phases.arm(a.profile_phase is not None)
             torch.cuda.synchronize()
             traced = kernels if self.steps_done == a.warmup + a.block else None
             if traced:
@@ -264,7 +297,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
                 torch.cuda.synchronize()
                 start = time.perf_counter()
                 self.raw_phases.close(start)
-                if profiled:
+                if profiled and a.profile_phase is None:
                     profiled[1].runcall(self.raw_step)
                 else:
                     self.raw_step()
@@ -272,6 +305,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
                 end = time.perf_counter()
                 self.raw_times.append(end - start)
                 self.raw_phases.close(end)
+            self.raw_phases.arm(False)
             if traced:
                 traced[1].stop()
             self.raw_block = time.perf_counter() - block_start
@@ -386,6 +420,9 @@ def main() -> None:
     for key, value in {**SIZES, **RUN}.items():
         parser.add_argument(f"--{key}", type=int, default=value)
     parser.add_argument("--profile", action="store_true", help="cProfile one block of each loop (see above)")
+    parser.add_argument(
+        "--profile-phase", type=int, choices=range(len(Phases.NAMES)), help="with --profile: only this phase (0-3)"
+    )
     parser.add_argument("--kernels", action="store_true", help="GPU kernels of one block of each loop (see above)")
     a = parser.parse_args()
     if a.steps % a.block or a.warmup % a.block or a.warmup >= a.steps:
