@@ -63,6 +63,7 @@ class Phases:
         # a function, not the Profile: NeMo deep-copies the callback holding this, and a Profile cannot be copied
         self.profile, self.phase = profile, phase
         self.armed = False  # while armed, ``profile()`` runs during phase ``phase`` of each step
+        self.profiling = False  # Python 3.12 refuses to enable a Profile twice (the raw loop closes steps twice)
 
     def mark(self, name: str) -> None:
         """Record ``name`` the first time it happens in this step."""
@@ -81,17 +82,22 @@ class Phases:
 
     def arm(self, armed: bool) -> None:
         self.armed = armed
-        if not armed and self.profile is not None:
-            self.profile().disable()
+        if not armed:
+            self._switch(False)
 
     def _toggle(self, name: str) -> None:
         if self.profile is None or self.phase is None or not self.armed:
             return
         index = self.MARKS.index(name)
         if index == self.phase:
-            self.profile().enable()
+            self._switch(True)
         elif index == (self.phase + 1) % len(self.MARKS):
-            self.profile().disable()
+            self._switch(False)
+
+    def _switch(self, on: bool) -> None:
+        if self.profile is not None and on != self.profiling:
+            self.profiling = on
+            self.profile().enable() if on else self.profile().disable()
 
 
 def config_kwargs(a) -> dict[str, Any]:
