@@ -29,7 +29,7 @@ import json
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -176,6 +176,14 @@ def hf_to_bionemo(
     def get(base: str) -> torch.Tensor:
         return hf_tensors[found[base]].detach().to("cpu", torch.float32)
 
+    ours = _converted(get, model, padded_vocab_size)
+    return ours, _conversion_notes(found, hf_tensors, ours, model)
+
+
+def _converted(
+    get: Callable[[str], torch.Tensor], model: Mapping[str, Any], padded_vocab_size: int
+) -> dict[str, torch.Tensor]:
+    """The bionemo tensors from ``get(hf_name_without_esm_prefix)``: q, k, v interleaved per head, vocabulary padded."""
     h, n = int(model["hidden_size"]), int(model["num_attention_heads"])
     d = h // n
     ours: dict[str, torch.Tensor] = {}
@@ -194,8 +202,16 @@ def hf_to_bionemo(
     bias = torch.zeros(padded_vocab_size)
     bias[:VOCAB_SIZE] = get("lm_head.bias")
     ours["output_layer.bias"] = bias
-    ours = {name: value.contiguous() for name, value in ours.items()}
+    return {name: value.contiguous() for name, value in ours.items()}
 
+
+def _conversion_notes(
+    found: Mapping[str, str],
+    hf_tensors: Mapping[str, torch.Tensor],
+    ours: Mapping[str, torch.Tensor],
+    model: Mapping[str, Any],
+) -> list[str]:
+    """One-line notes on the Hugging Face tensors left out: known non-weights, an untied decoder, unknown names."""
     notes: list[str] = []
     used = set(_hf_shapes(model))
     ignored: dict[str, list[str]] = {}
@@ -216,7 +232,7 @@ def hf_to_bionemo(
     decoder = found.get("lm_head.decoder.weight")
     if decoder is not None:
         value = hf_tensors[decoder]
-        if tuple(value.shape) != (VOCAB_SIZE, h) or not torch.equal(
+        if tuple(value.shape) != (VOCAB_SIZE, int(model["hidden_size"])) or not torch.equal(
             value.to(torch.float32), ours["embedding.word_embeddings.weight"][:VOCAB_SIZE]
         ):
             notes.append(
@@ -225,7 +241,7 @@ def hf_to_bionemo(
             )
     if unknown:
         notes.append(f"ignored: {len(unknown)} tensor(s) not part of an ESM-2 EsmForMaskedLM: {_listing(unknown)}")
-    return ours, notes
+    return notes
 
 
 def check_bionemo_tensors(
