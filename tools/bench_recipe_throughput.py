@@ -127,7 +127,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
 
                 def show(message: Any, category: Any, *_: Any, **__: Any) -> None:
                     if "synchronizing" in str(message):
-                        frames = traceback.extract_stack()[-6:-2]  # the four frames above torch's warning
+                        frames = traceback.extract_stack()[-6:-2][::-1]  # the waiting call, then its callers
                         self.syncs["  <- ".join(f"{Path(f.filename).name}:{f.lineno}({f.name})" for f in frames)] += 1
 
                 self.warnings = warnings.catch_warnings()
