@@ -1,6 +1,6 @@
-"""TritonLayerNorm: torch's LayerNorm with a one-pass Triton forward for gradient-free CUDA calls (switch-gated).
+"""TritonLayerNorm: torch's LayerNorm with Triton kernels on CUDA, forward and backward (switch-gated).
 
-The kernel runs here under Triton's CPU interpreter; its GPU run is tests/gpu/test_layer_norm_gpu.py.
+The kernels run here under Triton's CPU interpreter; their GPU run is tests/gpu/test_layer_norm_gpu.py.
 """
 
 import json
@@ -36,6 +36,31 @@ for width, name in ((64, "float32"), (12, "float32"), (64, "bfloat16")):
 print(json.dumps(errors))
 """
 
+# The training kernels against torch's autograd (37 rows: the backward's 4 programs take 10, 10, 10 and 7 rows).
+TRAINING_CHILD = """
+import json
+import torch
+import torch.nn.functional as F
+from bionemo.lightning._layer_norm_triton import TrainingLayerNorm
+errors = {}
+for rows, width, name in ((37, 64, "float32"), (10, 12, "float32"), (9, 64, "bfloat16")):
+    dtype = getattr(torch, name)
+    torch.manual_seed(0)
+    x = (torch.randn(rows, width) * 3 + 1.5).to(dtype).requires_grad_()
+    weight, bias = (torch.randn(width).to(dtype).requires_grad_() for _ in range(2))
+    dy = torch.randn(rows, width).to(dtype)
+    out = TrainingLayerNorm.apply(x, weight, bias, 1e-5)
+    out.backward(dy)
+    assert out.dtype == weight.grad.dtype == x.grad.dtype == dtype
+    ours = [out.detach(), x.grad, weight.grad, bias.grad]
+    leaves = [t.detach().float().requires_grad_() for t in (x, weight, bias)]
+    reference = F.layer_norm(leaves[0], (width,), leaves[1], leaves[2], 1e-5)
+    reference.backward(dy.float())
+    for what, mine, theirs in zip(("out", "dx", "dw", "db"), ours, [reference.detach()] + [t.grad for t in leaves]):
+        errors[f"{what}-{width}-{name}"] = float((mine.float() - theirs).abs().max() / (1 + theirs.abs().max()))
+print(json.dumps(errors))
+"""
+
 
 def test_triton_kernel_equals_torch_layer_norm():
     """``width = 12``: not a power of two (masked lanes must not enter the mean or the variance)."""
@@ -47,6 +72,18 @@ def test_triton_kernel_equals_torch_layer_norm():
     assert errors["64-float32"] < 1e-5
     assert errors["12-float32"] < 1e-5
     assert errors["64-bfloat16"] < 8e-3  # the output rounded to bf16 (relative precision 2**-8)
+
+
+def test_triton_training_kernels_equal_torch_autograd():
+    pytest.importorskip("triton")
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    result = subprocess.run(
+        [sys.executable, "-c", TRAINING_CHILD], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    errors = json.loads(result.stdout.strip().splitlines()[-1])
+    for key, error in errors.items():
+        assert error < (1e-6 if "float32" in key else 1.6e-2), (key, error)
 
 
 def _config():

@@ -1,7 +1,10 @@
-"""The Triton kernel behind :class:`bionemo.lightning.layer_norm.TritonLayerNorm` on GPUs (imported on first CUDA use).
+"""The Triton kernels behind :class:`bionemo.lightning.layer_norm.TritonLayerNorm` on GPUs (imported on first CUDA use).
 
-One program per row (one token): loads the row once, takes mean and variance in fp32, normalizes, scales, shifts
-and stores in the output's dtype. Forward only (the module uses torch's kernel wherever a gradient is needed).
+Forward: one program per row (one token) loads the row once, takes mean and variance in fp32, normalizes, scales,
+shifts and stores in the output's dtype; for training it also keeps each row's mean and reciprocal standard
+deviation (fp32). Backward (the Triton tutorial's scheme): each program takes a contiguous run of rows, writes
+their input gradient and sums its rows' weight and bias gradients in fp32 registers; the per-program partial sums
+are then added up by torch (a ``[programs, width]`` fp32 buffer per parameter).
 """
 
 from typing import Any
@@ -10,11 +13,13 @@ import torch
 import triton
 import triton.language as tl
 
-__all__ = ["layer_norm_rows"]
+__all__ = ["TrainingLayerNorm", "layer_norm_rows"]
 
 
 @triton.jit
-def _layer_norm_kernel(x_ptr, weight_ptr, bias_ptr, out_ptr, width, eps, BLOCK: tl.constexpr):
+def _layer_norm_kernel(
+    x_ptr, weight_ptr, bias_ptr, out_ptr, mean_ptr, rstd_ptr, width, eps, BLOCK: tl.constexpr, STATS: tl.constexpr
+):
     row = tl.program_id(0).to(tl.int64)
     col = tl.arange(0, BLOCK)
     mask = col < width
@@ -27,16 +32,104 @@ def _layer_norm_kernel(x_ptr, weight_ptr, bias_ptr, out_ptr, width, eps, BLOCK: 
     bias = tl.load(bias_ptr + col, mask=mask, other=0.0).to(tl.float32)
     y = centered * scale * weight + bias
     tl.store(out_ptr + row * width + col, y.to(out_ptr.dtype.element_ty), mask=mask)
+    if STATS:
+        tl.store(mean_ptr + row, mean)
+        tl.store(rstd_ptr + row, scale)
+
+
+@triton.jit
+def _layer_norm_backward_kernel(
+    dy_ptr, x_ptr, weight_ptr, mean_ptr, rstd_ptr, dx_ptr, dw_ptr, db_ptr, rows, width, rows_per_program,
+    BLOCK: tl.constexpr,
+):  # fmt: skip
+    program = tl.program_id(0)
+    col = tl.arange(0, BLOCK)
+    mask = col < width
+    weight = tl.load(weight_ptr + col, mask=mask, other=0.0).to(tl.float32)
+    dw = tl.zeros((BLOCK,), dtype=tl.float32)
+    db = tl.zeros((BLOCK,), dtype=tl.float32)
+    first = program.to(tl.int64) * rows_per_program  # int64 rows: offsets past 2**31 elements
+    for row in range(first, tl.minimum(first + rows_per_program, rows)):
+        offset = row * width + col
+        x = tl.load(x_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+        dy = tl.load(dy_ptr + offset, mask=mask, other=0.0).to(tl.float32)
+        rstd = tl.load(rstd_ptr + row)
+        normalized = tl.where(mask, (x - tl.load(mean_ptr + row)) * rstd, 0.0)
+        weighted = weight * dy  # zero in masked lanes (weight loaded as 0 there)
+        c1 = tl.sum(normalized * weighted, axis=0) / width
+        c2 = tl.sum(weighted, axis=0) / width
+        dx = (weighted - (normalized * c1 + c2)) * rstd
+        tl.store(dx_ptr + offset, dx.to(dx_ptr.dtype.element_ty), mask=mask)
+        dw += dy * normalized
+        db += dy
+    tl.store(dw_ptr + program * width + col, dw, mask=mask)
+    tl.store(db_ptr + program * width + col, db, mask=mask)
+
+
+def _launch_forward(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, stats: bool
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = x.shape[-1]
+    rows = x.numel() // width if width else 0
+    out = torch.empty_like(x)
+    mean = torch.empty(rows if stats else 0, device=x.device, dtype=torch.float32)
+    rstd = torch.empty_like(mean)
+    if rows == 0:
+        return out, mean, rstd
+    block = triton.next_power_of_2(width)
+    kernel: Any = _layer_norm_kernel
+    kernel[(rows,)](
+        x, weight, bias, out, mean, rstd, width, eps, BLOCK=block, STATS=stats, num_warps=min(max(block // 256, 1), 8)
+    )
+    return out, mean, rstd
 
 
 def layer_norm_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
     """LayerNorm over the last dimension of a contiguous ``x``; a new tensor of ``x``'s shape and dtype."""
+    return _launch_forward(x, weight, bias, eps, stats=False)[0]
+
+
+def _backward_programs(rows: int, device: torch.device) -> int:
+    """Programs for the backward: a few per multiprocessor, so that the partial sums stay small."""
+    if device.type != "cuda":
+        return max(1, min(rows, 4))  # Triton's CPU interpreter (tests)
+    return max(1, min(rows, 4 * torch.cuda.get_device_properties(device).multi_processor_count))
+
+
+def layer_norm_backward(
+    dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Gradients of the input, the weight and the bias (the parameters' in their dtype, summed in fp32)."""
     width = x.shape[-1]
-    out = torch.empty_like(x)
     rows = x.numel() // width if width else 0
+    dx = torch.empty_like(x)
     if rows == 0:
-        return out
+        return dx, torch.zeros_like(weight), torch.zeros_like(weight)
+    programs = _backward_programs(rows, x.device)
+    per_program = triton.cdiv(rows, programs)
+    programs = triton.cdiv(rows, per_program)
+    dw = torch.empty(programs, width, device=x.device, dtype=torch.float32)
+    db = torch.empty_like(dw)
     block = triton.next_power_of_2(width)
-    kernel: Any = _layer_norm_kernel
-    kernel[(rows,)](x, weight, bias, out, width, eps, BLOCK=block, num_warps=min(max(block // 256, 1), 8))
-    return out
+    kernel: Any = _layer_norm_backward_kernel
+    kernel[(programs,)](
+        dy, x, weight, mean, rstd, dx, dw, db, rows, width, per_program, BLOCK=block,
+        num_warps=min(max(block // 256, 1), 8),
+    )  # fmt: skip
+    return dx, dw.sum(dim=0).to(weight.dtype), db.sum(dim=0).to(weight.dtype)
+
+
+class TrainingLayerNorm(torch.autograd.Function):
+    """LayerNorm over the last dimension of a contiguous tensor, forward and backward in Triton."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+        out, mean, rstd = _launch_forward(x, weight, bias, eps, stats=True)
+        ctx.save_for_backward(x, weight, mean, rstd)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, None]:
+        x, weight, mean, rstd = ctx.saved_tensors
+        dx, dw, db = layer_norm_backward(grad_outputs[0].contiguous(), x, weight, mean, rstd)
+        return dx, dw, db, None

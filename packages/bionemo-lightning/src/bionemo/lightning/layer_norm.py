@@ -1,11 +1,14 @@
-"""LayerNorm for prediction on GPUs in one Triton pass per row.
+"""LayerNorm on GPUs in Triton: one pass per row forward, a fused backward for training.
 
 Without Apex, megatron-core's local layer spec builds ``torch.nn.LayerNorm`` (``WrappedTorchNorm``). On an H200 its
 kernel moved 1.3 TB/s on a 65,536 x 640 bf16 batch (128 us per call, 61 calls per ESM-2 150M forward: 11% of the
 kernel time of a prediction batch, tools/profile_predict_loop.py), a quarter of the memory bandwidth.
 :class:`TritonLayerNorm` is a ``torch.nn.LayerNorm`` (same parameters, same state dict) whose forward runs one
-Triton kernel when nothing needs a gradient (prediction, validation) on a contiguous CUDA tensor, and torch's
-kernel otherwise (training is unchanged).
+Triton kernel on a contiguous CUDA tensor: when nothing needs a gradient (prediction, validation) that is all; in
+training it also keeps each row's mean and reciprocal standard deviation, and the backward is one Triton kernel for
+the input gradient and the per-program partial sums of the parameters' gradients
+(:class:`bionemo.lightning._layer_norm_triton.TrainingLayerNorm`). Anything else (CPU, a non-contiguous input)
+runs torch's kernels.
 
 Measured on one H200 (``tools/profile_predict_loop.py --shape 650m -- --tokens-per-batch 65536``, 2026-12-01):
 324,354 -> 330,250 tokens/s over the whole loop, kernels 190.7 -> 188.4 ms per batch (torch's LayerNorm was 6.9%
@@ -32,21 +35,22 @@ def triton_layer_norm_enabled() -> bool:
 
 
 class TritonLayerNorm(torch.nn.LayerNorm):
-    """``torch.nn.LayerNorm`` over the last dimension whose gradient-free CUDA forward is one Triton kernel."""
+    """``torch.nn.LayerNorm`` over the last dimension whose CUDA forward and backward are Triton kernels."""
 
     def forward(self, input: torch.Tensor) -> torch.Tensor:
-        """The Triton kernel for a contiguous CUDA ``input`` when no gradient is needed; torch's otherwise."""
-        if self._fast_path(input):
-            from bionemo.lightning._layer_norm_triton import layer_norm_rows
+        """Triton's kernels for a contiguous CUDA ``input`` (with a backward if a gradient is needed), else torch's."""
+        if not self._fast_path(input):
+            return super().forward(input)
+        from bionemo.lightning._layer_norm_triton import TrainingLayerNorm, layer_norm_rows
 
-            return layer_norm_rows(input, self.weight, self.bias, self.eps)
-        return super().forward(input)
+        if torch.is_grad_enabled() and (input.requires_grad or self.weight.requires_grad):
+            return TrainingLayerNorm.apply(input, self.weight, self.bias, self.eps)
+        return layer_norm_rows(input, self.weight, self.bias, self.eps)
 
     def _fast_path(self, x: torch.Tensor) -> bool:
         if self.weight is None or self.bias is None or len(self.normalized_shape) != 1:
             return False
-        needs_grad = torch.is_grad_enabled() and (x.requires_grad or self.weight.requires_grad)
-        return x.is_cuda and not needs_grad and x.is_contiguous() and triton_importable()
+        return x.is_cuda and x.is_contiguous() and triton_importable()
 
 
 class local_layer_norm:  # noqa: N801 - a module builder named like megatron's WrappedTorchNorm it stands in for
