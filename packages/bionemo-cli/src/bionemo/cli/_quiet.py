@@ -28,7 +28,8 @@ _IGNORED_MESSAGES = (
     r"It is recommended to use `self\.log\(.*sync_dist=True",
     r"Using `DistributedSampler` with the dataloaders\. During `trainer\.(validate|test)\(\)`",
     # Lightning on machines with more than two cores: bionemo chooses the loader workers itself (4 for GPU
-    # prediction; none on CPUs, where the model's compute needs the cores and tokenizing is a small share).
+    # prediction, 2 for GPU training; none on CPUs, where the model's compute needs the cores and tokenizing is a
+    # small share).
     r"The '\w+_dataloader' does not have many workers",
     # Lightning on a resume from a mid-epoch checkpoint: bionemo's datamodule skips the consumed samples itself
     # (bionemo.lightning.data), and a resumed run matches an uninterrupted one (tests/cli/test_cli_runs.py).
