@@ -83,14 +83,19 @@ def make_predict_step(
             sums = _pseudo_loss_sums(model, batch, mask_id, unpadded=unpadded)
             out["pseudo_perplexity"] = torch.exp(sums / residues_per_sequence)
         if perplexity:
-            tokens, padding, lengths = batch["masked_tokens"], batch.get("padding"), batch["host_lengths"]
-            masked_logits = _logits(model, tokens, padding, lengths, unpadded=unpadded)
-            per_token = token_cross_entropy(masked_logits, batch["labels"], ParallelGroups.current().tensor)
-            masked = (batch["labels"] >= 0).sum(dim=1).clamp(min=1)
-            out["perplexity"] = torch.exp(per_token.float().sum(dim=1) / masked)
+            out["perplexity"] = _masked_perplexity(model, batch, unpadded=unpadded)
         return out
 
     return predict_step
+
+
+def _masked_perplexity(model: Any, batch: dict[str, torch.Tensor], *, unpadded: bool) -> torch.Tensor:
+    """``[b]`` exp of the mean cross-entropy over the masked positions of ``batch["masked_tokens"]``."""
+    tokens, padding, lengths = batch["masked_tokens"], batch.get("padding"), batch["host_lengths"]
+    masked_logits = _logits(model, tokens, padding, lengths, unpadded=unpadded)
+    per_token = token_cross_entropy(masked_logits, batch["labels"], ParallelGroups.current().tensor)
+    masked = (batch["labels"] >= 0).sum(dim=1).clamp(min=1)
+    return torch.exp(per_token.float().sum(dim=1) / masked)
 
 
 def _residue_mask(real: torch.Tensor) -> torch.Tensor:
