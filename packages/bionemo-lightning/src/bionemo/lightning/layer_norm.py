@@ -13,8 +13,9 @@ runs torch's kernels.
 Measured on one H200 (``tools/profile_predict_loop.py --shape 650m -- --tokens-per-batch 65536``, 2026-12-01):
 324,354 -> 330,250 tokens/s over the whole loop, kernels 190.7 -> 188.4 ms per batch (torch's LayerNorm was 6.9%
 of the kernel time at 650M). Training, GPU time of one forward + backward of 16,416 rows (a micro-batch of 16 x 1026)
-in bf16: width 1280 161 -> 113 us, width 640 130 -> 79 us (torch.profiler); the 650M shape's training step
-(``tools/bench_recipe_throughput.py``, 264 calls per step) 713.3 -> 704.5 ms, runs one after the other.
+in bf16: width 1280 161 -> 113 us, width 640 130 -> 79 us (torch.profiler, tools/bench_layer_norm.py); the 650M
+shape's training step (``tools/bench_recipe_throughput.py``, 264 calls per step) 713.3 -> 704.5 ms, runs one after
+the other.
 
 Switch: ``BIONEMO_TRITON_LAYERNORM=0`` when the model is built keeps torch's kernel everywhere.
 """

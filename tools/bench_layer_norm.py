@@ -1,0 +1,87 @@
+"""GPU time of TritonLayerNorm against torch's LayerNorm: a gradient-free forward, and a training forward + backward.
+
+Times the kernels with torch.profiler (GPU time summed over the kernels of each call, so host overheads do not
+count) on ``--rows`` rows (default 16,416: a micro-batch of 16 x 1026 of the GPU recipe) of each ``--widths``, in
+bf16, and prints torch's figure, ours and their ratio; ``--per-sm`` tries the backward with that many programs per
+multiprocessor (``bionemo.lightning._layer_norm_triton.BACKWARD_PROGRAMS_PER_SM``).
+
+Measured on one H200 (2026-12-01, an earlier form of this script that also counted the input gradient's
+accumulation, subtracted here): forward + backward, width 1280: torch 161 us, ours 113 us (4 per SM), 115 (16), 163
+(64); width 640: torch 130 us, ours 79 / 65 / 88 us.
+
+Usage (GPU machine): python tools/bench_layer_norm.py [--rows 16416] [--widths 640,1280] [--per-sm 4,16,64]
+"""
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+
+def gpu_microseconds(call: Callable[[], None], repeats: int = 20) -> float:
+    """Summed GPU kernel time of one ``call()``, averaged over ``repeats`` after a warm-up."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    for _ in range(3):
+        call()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(repeats):
+            call()
+        torch.cuda.synchronize()
+    return sum(e.self_device_time_total for e in prof.key_averages()) / repeats
+
+
+def inference(norm: Any, x: Any) -> Callable[[], None]:
+    """A gradient-free forward of ``norm`` on ``x``."""
+    import torch
+
+    def call() -> None:
+        with torch.no_grad():
+            norm(x)
+
+    return call
+
+
+def training(norm: Any, x: Any, dy: Any) -> Callable[[], None]:
+    """A forward and a backward of ``norm`` on ``x`` with output gradient ``dy``."""
+
+    def call() -> None:
+        x.grad = None  # no accumulation kernel
+        norm(x).backward(dy)
+
+    return call
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--rows", type=int, default=16 * 1026)
+    parser.add_argument("--widths", default="640,1280")
+    parser.add_argument("--per-sm", default="4,16,64", help="backward programs per multiprocessor to try")
+    args = parser.parse_args()
+
+    import torch
+
+    import bionemo.lightning._layer_norm_triton as kernels
+    from bionemo.lightning.layer_norm import TritonLayerNorm
+
+    for width in (int(w) for w in args.widths.split(",")):
+        x = torch.randn(args.rows, width, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        dy = torch.randn_like(x)
+        theirs = torch.nn.LayerNorm(width, device="cuda", dtype=torch.bfloat16)
+        ours = TritonLayerNorm(width, device="cuda", dtype=torch.bfloat16)
+
+        reference = gpu_microseconds(inference(theirs, x))
+        mine = gpu_microseconds(inference(ours, x))
+        print(f"width {width}, {args.rows:,} rows, bf16: forward without gradient  torch {reference:7.1f} us  "
+              f"ours {mine:7.1f} us  ({reference / mine:.2f}x)")  # fmt: skip
+        reference = gpu_microseconds(training(theirs, x, dy))
+        for per_sm in (int(n) for n in args.per_sm.split(",")):
+            kernels.BACKWARD_PROGRAMS_PER_SM = per_sm
+            mine = gpu_microseconds(training(ours, x, dy))
+            print(f"width {width}, {args.rows:,} rows, bf16: forward + backward  torch {reference:7.1f} us  "
+                  f"ours {mine:7.1f} us  ({reference / mine:.2f}x, {per_sm} programs per SM)")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
