@@ -21,7 +21,10 @@ Measured 2026-11-30 on one H200 (before fast_metric_to): micro-batches of 8 x 25
 1.063x (block pairs 1.04-1.07x). 2026-12-01 (NeMo behind the step-runner adapter, blocks counted in optimizer steps):
 8 x 256: raw 70.9 ms, module 83.1 ms, 1.172x (block pairs 0.88-1.47x); ``--profile`` found NeMo's per-call
 ``inspect.signature`` first (now the ``cached_signatures`` work-around). Until then the raw loop averaged
-per-micro-batch means while the module trained the global token-weighted mean (a GPU wait per step more).
+per-micro-batch means while the module trained the global token-weighted mean (a GPU wait per step more). Later the
+same day, like for like with ``cached_signatures``: 8 x 256 1.049-1.168x over five runs (1.166x without it),
+16 x 1024 1.058x; ``--kernels``: the same GPU work (1,432 vs 1,401 launches, 8.21 vs 8.16 ms per step), so the
+difference is host time spread over Lightning's loop and NeMo's ``MegatronParallel``.
 
 ``--profile`` runs Python's cProfile over the first block of module steps after the warm-up and over the raw
 block that follows, and prints the functions whose own (host) time the module adds: where its extra time goes,
