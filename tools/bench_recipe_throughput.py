@@ -203,13 +203,13 @@ def gemm_tflops() -> float:
 
 
 def main() -> None:
+    from bionemo.esm2.train import TRAIN_WORKERS
+
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--mbs", type=int, default=32, help="micro-batch size (recipe: 32)")
     parser.add_argument("--nmb", type=int, default=8, help="micro-batches per step (recipe: 256 / 32 = 8)")
     parser.add_argument("--steps", type=int, default=25)
     parser.add_argument("--model", action="append", default=[], help="KEY=VALUE override of the recipe's model")
-    from bionemo.esm2.train import TRAIN_WORKERS
-
     workers = f"DataLoader workers (the recipe on GPUs: {TRAIN_WORKERS})"
     parser.add_argument("--num-workers", type=int, default=TRAIN_WORKERS, help=workers)
     parser.add_argument(
