@@ -40,7 +40,6 @@ Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 
 
 import argparse
 import cProfile
-import functools
 import statistics
 import time
 from collections.abc import Callable
@@ -84,9 +83,12 @@ class Phases:
         self._toggle("start")
 
     def arm(self, armed: bool) -> None:
+        """Profile phase ``phase`` of each step from now on (from the current one, if it is in it), or stop."""
         self.armed = armed
         if not armed:
             self._switch(False)
+        elif self.marks:
+            self._toggle(max(self.marks, key=self.marks.__getitem__))  # the phase the step is in
 
     def _toggle(self, name: str) -> None:
         if self.profile is None or self.phase is None or not self.armed:
@@ -256,8 +258,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
             self.start = 0.0
             self.raw_block = 0.0
             self.phases, self.raw_phases = (
-                Phases(functools.partial(lambda i: profiles[i], i), a.profile_phase) if profiles else Phases()  # pyright: ignore[reportOptionalSubscript]
-                for i in (0, 1)
+                Phases(lambda profile=profile: profile, a.profile_phase) if profile else Phases()
+                for profile in profiles or (None, None)
             )
 
         def _mark(self) -> None:
@@ -279,7 +281,6 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
                     profiles[0].enable()
                 else:
                     self.phases.arm(True)
-                    self.phases._toggle("start")  # the step's start mark came before arming
             if kernels and self.steps_done == a.warmup:
                 kernels[0].start()
 
