@@ -66,21 +66,27 @@ def _layer_norm_backward_kernel(
     tl.store(db_ptr + program * width + col, db, mask=mask)
 
 
+def _shape(x: torch.Tensor) -> tuple[int, int, int]:
+    """``(rows, width, BLOCK)``: the rows of the last dimension, its width and the power-of-two block holding it."""
+    width = x.shape[-1]
+    return (x.numel() // width if width else 0), width, triton.next_power_of_2(width)
+
+
+def _num_warps(block: int) -> int:
+    return min(max(block // 256, 1), 8)
+
+
 def _launch_forward(
     x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, stats: bool
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = x.shape[-1]
-    rows = x.numel() // width if width else 0
+    rows, width, block = _shape(x)
     out = torch.empty_like(x)
     mean = torch.empty(rows if stats else 0, device=x.device, dtype=torch.float32)
     rstd = torch.empty_like(mean)
     if rows == 0:
         return out, mean, rstd
-    block = triton.next_power_of_2(width)
     kernel: Any = _layer_norm_kernel
-    kernel[(rows,)](
-        x, weight, bias, out, mean, rstd, width, eps, BLOCK=block, STATS=stats, num_warps=min(max(block // 256, 1), 8)
-    )
+    kernel[(rows,)](x, weight, bias, out, mean, rstd, width, eps, BLOCK=block, STATS=stats, num_warps=_num_warps(block))
     return out, mean, rstd
 
 
@@ -108,8 +114,7 @@ def layer_norm_backward(
     dy: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Gradients of the input, the weight and the bias (the parameters' in their dtype, summed in fp32)."""
-    width = x.shape[-1]
-    rows = x.numel() // width if width else 0
+    rows, width, block = _shape(x)
     dx = torch.empty_like(x)
     if rows == 0:
         return dx, torch.zeros_like(weight), torch.zeros_like(weight)
@@ -118,12 +123,10 @@ def layer_norm_backward(
     programs = triton.cdiv(rows, per_program)
     dw = torch.empty(programs, width, device=x.device, dtype=torch.float32)
     db = torch.empty_like(dw)
-    block = triton.next_power_of_2(width)
     kernel: Any = _layer_norm_backward_kernel
     kernel[(programs,)](
-        dy, x, weight, mean, rstd, dx, dw, db, rows, width, per_program, BLOCK=block,
-        num_warps=min(max(block // 256, 1), 8),
-    )  # fmt: skip
+        dy, x, weight, mean, rstd, dx, dw, db, rows, width, per_program, BLOCK=block, num_warps=_num_warps(block)
+    )
     return dx, dw.sum(dim=0).to(weight.dtype), db.sum(dim=0).to(weight.dtype)
 
 
