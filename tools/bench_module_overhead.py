@@ -32,14 +32,18 @@ by function, with the call counts of both loops (cProfile slows both; compare co
 ``--profile-phase N`` profiles only phase N of each step (0: before the first forward, 1: forward + backward,
 2: optimizer step, 3: after it; see :class:`Phases`). ``--kernels`` records the GPU kernels of the same blocks
 (torch.profiler) and prints launches and GPU time per step of both loops, by kernel, the largest differences
-first: whether the module launches work the raw loop does not.
+first: whether the module launches work the raw loop does not. ``--diagnose`` prints what decides every op's host
+cost in each loop (threads, trace/profile hooks, autocast, torch function/dispatch modes, dynamo's frame callback,
+gc state, CUDA memory) and each loop's Python garbage collections per step; ``--gc freeze`` runs both loops over a
+``gc.freeze()``-n heap.
 
 Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 512 --mbs 8 --nmb 4 --seq 256]
-    [--steps 120 --block 10 --warmup 20] [--profile [--profile-phase 0-3]] [--kernels]
+    [--steps 120 --block 10 --warmup 20] [--profile [--profile-phase 0-3]] [--kernels] [--diagnose] [--gc freeze]
 """
 
 import argparse
 import cProfile
+import gc
 import statistics
 import time
 from collections.abc import Callable
@@ -66,12 +70,16 @@ class Phases:
         self.profile, self.phase = profile, phase
         self.armed = False  # while armed, ``profile()`` runs during phase ``phase`` of each step
         self.profiling = False  # Python 3.12 refuses to enable a Profile twice (the raw loop closes steps twice)
+        self.want_state = False  # with --diagnose: record step_state() at the next forward
+        self.state: dict[str, str] = {}
 
     def mark(self, name: str) -> None:
         """Record ``name`` the first time it happens in this step."""
         if name not in self.marks:
             self.marks[name] = time.perf_counter()
             self._toggle(name)
+            if name == "forward" and self.want_state:
+                self.state, self.want_state = step_state(), False
 
     def close(self, end: float, excluded: float = 0.0) -> None:
         """End the step at ``end`` (less ``excluded`` seconds spent in the other loop), start the next."""
@@ -103,6 +111,73 @@ class Phases:
         if self.profile is not None and on != self.profiling:
             self.profiling = on
             self.profile().enable() if on else self.profile().disable()
+
+
+def step_state() -> dict[str, str]:
+    """What decides the host cost of every op, read at a step's first forward (--diagnose compares both loops)."""
+    import importlib
+    import sys
+    import threading
+
+    import torch
+
+    probes: dict[str, Callable[[], object]] = {
+        "threads": lambda: sorted(t.name for t in threading.enumerate()),
+        "sys.gettrace / getprofile": lambda: (sys.gettrace(), sys.getprofile()),
+        "switch interval": sys.getswitchinterval,
+        "grad / inference mode": lambda: (torch.is_grad_enabled(), torch.is_inference_mode_enabled()),
+        "autocast cuda / cpu": lambda: (torch.is_autocast_enabled("cuda"), torch.is_autocast_enabled("cpu")),
+        "anomaly mode": torch.is_anomaly_enabled,
+        "autograd profiler": lambda: torch.autograd.profiler._is_profiler_enabled,
+        "torch function / dispatch modes": lambda: (
+            torch._C._len_torch_function_stack(),
+            torch._C._len_torch_dispatch_stack(),
+        ),
+        "dynamo eval-frame callback": lambda: importlib.import_module(
+            "torch._C._dynamo.eval_frame"
+        ).get_eval_frame_callback(),
+        "deterministic algorithms": torch.are_deterministic_algorithms_enabled,
+        "cuda sync debug mode": torch.cuda.get_sync_debug_mode,
+        "gc enabled / threshold / counts": lambda: (gc.isenabled(), gc.get_threshold(), gc.get_count()),
+        "gc tracked objects": lambda: len(gc.get_objects()),
+        "cuda allocated / reserved MiB": lambda: (
+            torch.cuda.memory_allocated() >> 20,
+            torch.cuda.memory_reserved() >> 20,
+        ),
+    }
+    state = {}
+    for name, probe in probes.items():
+        try:
+            state[name] = repr(probe())
+        except Exception as e:  # a probe this torch lacks
+            state[name] = f"({type(e).__name__}: {e})"
+    return state
+
+
+class GcTimes:
+    """Python garbage collections (count and host time per generation) of each loop, through ``gc.callbacks``."""
+
+    def __init__(self) -> None:
+        self.loop = "module"  # the loop now running; the raw blocks set "raw"
+        self.counting = False
+        self.found = {loop: [[0, 0.0] for _ in range(3)] for loop in ("module", "raw")}
+        self.started = 0.0
+
+    def __call__(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self.started = time.perf_counter()
+        elif self.counting:
+            entry = self.found[self.loop][info["generation"]]
+            entry[0] += 1
+            entry[1] += time.perf_counter() - self.started
+
+    def print(self, steps: int) -> None:
+        print(f"\nPython gc per step (--diagnose, {steps} steps of each): collections and ms, by generation")
+        for loop, generations in self.found.items():
+            cells = "  ".join(
+                f"gen{g} {n / steps:5.2f} x {ms * 1e3 / steps:6.3f} ms" for g, (n, ms) in enumerate(generations)
+            )
+            print(f"{loop:8} {cells}")
 
 
 def config_kwargs(a) -> dict[str, Any]:
@@ -247,6 +322,9 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
     # module, raw; outside the callback, which NeMo deep-copies (a Profile cannot be copied)
     profiles = (cProfile.Profile(), cProfile.Profile()) if a.profile else None
     kernels = (kernel_profiler(), kernel_profiler()) if a.kernels else None
+    gc_times = GcTimes()
+    if a.diagnose:
+        gc.callbacks.append(gc_times)
 
     class Interleave(pl.Callback):
         """Times module steps (batch start to next batch start) and runs a raw block after every ``block``."""
@@ -273,6 +351,9 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         def on_train_start(self, trainer, pl_module):
             # after MegatronStrategy has set up the process group and megatron
             self.raw_step = raw_loop(a, self.raw_phases)
+            if a.gc == "freeze":  # both loops then run over a frozen heap: old objects leave the collections
+                gc.collect()
+                gc.freeze()
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self._mark()
@@ -283,6 +364,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
                     self.phases.arm(True)
             if kernels and self.steps_done == a.warmup:
                 kernels[0].start()
+            if a.diagnose and self.steps_done == a.warmup:
+                self.phases.want_state = self.raw_phases.want_state = gc_times.counting = True
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
             self.phases.mark("optimizer")
@@ -303,6 +386,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
                 traced[0].stop()
                 traced[1].start()
             block_start = time.perf_counter()
+            gc_times.loop = "raw"
             for _ in range(a.block):
                 torch.cuda.synchronize()
                 start = time.perf_counter()
@@ -316,6 +400,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
                 self.raw_times.append(end - start)
                 self.raw_phases.close(end)
             self.raw_phases.arm(False)
+            gc_times.loop = "module"
             if traced:
                 traced[1].stop()
             self.raw_block = time.perf_counter() - block_start
@@ -351,6 +436,9 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         print_profile_difference(*profiles, steps=a.block)
     if kernels:
         print_kernel_difference(*kernels, steps=a.block)
+    if a.diagnose:
+        print_state_difference(timer.phases.state, timer.raw_phases.state)
+        gc_times.print(a.steps - a.warmup)
     return timer.module_times, timer.raw_times, timer.phases, timer.raw_phases
 
 
@@ -373,6 +461,14 @@ def print_profile_difference(module: cProfile.Profile, raw: cProfile.Profile, st
         (m_calls, m_s), (r_calls, r_s) = own["module"].get(key, (0, 0.0)), own["raw"].get(key, (0, 0.0))
         chain = "".join(f"  <- {_where(c)}" for c in _caller_chain(stats["module"], key))
         print(f"{(m_s - r_s) * 1e3 / steps:+13.3f} {m_calls // steps:12d} {r_calls // steps:9d}  {_where(key)}{chain}")
+
+
+def print_state_difference(module: dict[str, str], raw: dict[str, str]) -> None:
+    """Both loops' :func:`step_state` side by side, differences marked."""
+    print("\nstate at a step's first forward (--diagnose; * = the loops differ)")
+    for name in module | raw:
+        m, r = module.get(name, "-"), raw.get(name, "-")
+        print(f"{'*' if m != r else ' '} {name:32} module {m}" + (f"\n  {'':32} raw    {r}" if m != r else ""))
 
 
 def kernel_profiler() -> Any:
@@ -434,6 +530,12 @@ def main() -> None:
         "--profile-phase", type=int, choices=range(len(Phases.NAMES)), help="with --profile: only this phase (0-3)"
     )
     parser.add_argument("--kernels", action="store_true", help="GPU kernels of one block of each loop (see above)")
+    parser.add_argument(
+        "--diagnose", action="store_true", help="each loop's Python gc and the state its ops run in (see above)"
+    )
+    parser.add_argument(
+        "--gc", choices=("default", "freeze"), default="default", help="freeze: gc.freeze() the heap before training"
+    )
     a = parser.parse_args()
     if a.steps % a.block or a.warmup % a.block or a.warmup >= a.steps:
         parser.error("--steps and --warmup must be multiples of --block, and --warmup below --steps")
