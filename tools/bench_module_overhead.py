@@ -29,16 +29,17 @@ difference is host time spread over Lightning's loop and NeMo's ``MegatronParall
 ``--profile`` runs Python's cProfile over the first block of module steps after the warm-up and over the raw
 block that follows, and prints the functions whose own (host) time the module adds: where its extra time goes,
 by function, with the call counts of both loops (cProfile slows both; compare counts and differences, not totals).
-``--profile-phase N`` profiles only phase N of each step (0: before the first forward, 1: forward + backward,
-2: optimizer step, 3: after it; see :class:`Phases`). ``--kernels`` records the GPU kernels of the same blocks
-(torch.profiler) and prints launches and GPU time per step of both loops, by kernel, the largest differences
-first: whether the module launches work the raw loop does not. ``--diagnose`` prints what decides every op's host
+``--profile-phase N`` profiles only phase N of each step (0: before the first forward, 1: forward + backward in
+megatron's schedule, 2: after the schedule until the optimizer, 3: optimizer step, 4: after it; see
+:class:`Phases`). ``--kernels`` records the GPU kernels of the same blocks (torch.profiler) and prints launches and
+GPU time per step of both loops, by kernel, the largest differences first: whether the module launches work the raw
+loop does not. ``--diagnose`` prints what decides every op's host
 cost in each loop (threads, trace/profile hooks, autocast, torch function/dispatch modes, dynamo's frame callback,
 gc state, CUDA memory) and each loop's Python garbage collections per step; ``--gc freeze`` runs both loops over a
 ``gc.freeze()``-n heap.
 
 Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 512 --mbs 8 --nmb 4 --seq 256]
-    [--steps 120 --block 10 --warmup 20] [--profile [--profile-phase 0-3]] [--kernels] [--diagnose] [--gc freeze]
+    [--steps 120 --block 10 --warmup 20] [--profile [--profile-phase 0-4]] [--kernels] [--diagnose] [--gc freeze]
 """
 
 import argparse
@@ -46,6 +47,7 @@ import cProfile
 import gc
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -60,8 +62,15 @@ class Phases:
     waits through; "after the optimizer step" runs until the next step's start, its sync included.
     """
 
-    NAMES = ("before the first forward", "forward + backward", "optimizer step", "after the optimizer step")
-    MARKS = ("start", "forward", "optimizer", "stepped")
+    NAMES = (
+        "before the first forward",
+        "forward + backward (schedule)",
+        "after the schedule",
+        "optimizer step",
+        "after the optimizer step",
+    )
+    MARKS = ("start", "forward", "scheduled", "optimizer", "stepped")
+    PARTS: tuple[str, ...] = ("data steps", "model forwards")  # summed over a step's micro-batches, inside its schedule
 
     def __init__(self, profile: Callable[[], cProfile.Profile] | None = None, phase: int | None = None) -> None:
         self.marks: dict[str, float] = {}
@@ -72,6 +81,15 @@ class Phases:
         self.profiling = False  # Python 3.12 refuses to enable a Profile twice (the raw loop closes steps twice)
         self.want_state = False  # with --diagnose: record step_state() at the next forward
         self.state: dict[str, str] = {}
+        self.parts = dict.fromkeys(self.PARTS, 0.0)
+        self.step_parts: list[dict[str, float]] = []
+
+    def timed(self, part: str, call: Callable[[], Any]) -> Any:
+        """``call()``, its host time added to this step's ``part``."""
+        start = time.perf_counter()
+        out = call()
+        self.parts[part] += time.perf_counter() - start
+        return out
 
     def mark(self, name: str) -> None:
         """Record ``name`` the first time it happens in this step."""
@@ -87,7 +105,9 @@ class Phases:
         if all(key in m for key in self.MARKS):
             points = [m[key] for key in self.MARKS]
             self.steps.append((*(b - a for a, b in zip(points, points[1:], strict=False)), end - excluded - points[-1]))
+            self.step_parts.append(self.parts)
         self.marks = {"start": end}
+        self.parts = dict.fromkeys(self.PARTS, 0.0)
         self._toggle("start")
 
     def arm(self, armed: bool) -> None:
@@ -266,8 +286,10 @@ def raw_loop(a, phases: Phases) -> Any:
 
     def forward_step(data, m):
         phases.mark("forward")
-        batch = data_step(next(data))
-        logits = m(input_ids=batch["tokens"], position_ids=position_ids, attention_mask=None)  # [b, s, v]
+        batch = phases.timed("data steps", lambda: data_step(next(data)))
+        logits = phases.timed(  # [b, s, v]
+            "model forwards", lambda: m(input_ids=batch["tokens"], position_ids=position_ids, attention_mask=None)
+        )
 
         def loss(out):  # the same cross-entropy and megatron contract as the module's loss reduction
             loss_sum, n = masked_token_loss_sums(out.transpose(0, 1), batch["labels"], batch["loss_mask"])
@@ -281,6 +303,7 @@ def raw_loop(a, phases: Phases) -> Any:
         forward_backward(forward_step_func=forward_step, data_iterator=batches, model=[ddp],
                          num_microbatches=a.nmb, seq_length=a.seq, micro_batch_size=a.mbs,
                          forward_only=False)  # fmt: skip
+        phases.mark("scheduled")
         phases.mark("optimizer")
         opt.step()
         phases.mark("stepped")
@@ -317,14 +340,17 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
     position_ids = torch.arange(a.seq, device="cuda").expand(a.mbs, -1)
 
     def forward_step(model, batch):
-        return model(batch["tokens"], position_ids, None).transpose(0, 1)  # token_logits [s, b, v]
+        logits = timer.phases.timed("model forwards", lambda: model(batch["tokens"], position_ids, None))
+        return logits.transpose(0, 1)  # token_logits [s, b, v]
 
     # module, raw; outside the callback, which NeMo deep-copies (a Profile cannot be copied)
     profiles = (cProfile.Profile(), cProfile.Profile()) if a.profile else None
     kernels = (kernel_profiler(), kernel_profiler()) if a.kernels else None
     gc_times = GcTimes()
+    proxied: Counter[tuple[str, str]] = Counter()
     if a.diagnose:
         gc.callbacks.append(gc_times)
+        count_attribute_fallbacks(proxied, lambda: gc_times.counting and gc_times.loop == "module")
 
     class Interleave(pl.Callback):
         """Times module steps (batch start to next batch start) and runs a raw block after every ``block``."""
@@ -366,6 +392,9 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
                 kernels[0].start()
             if a.diagnose and self.steps_done == a.warmup:
                 self.phases.want_state = self.raw_phases.want_state = gc_times.counting = True
+
+        def on_megatron_microbatches_end(self, step, microbatch_outputs):  # a NeMo MegatronParallel event
+            self.phases.mark("scheduled")
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
             self.phases.mark("optimizer")
@@ -412,7 +441,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
 
     def module_data_step(it):
         timer.phases.mark("forward")
-        return data_step(next(it))
+        return timer.phases.timed("data steps", lambda: data_step(next(it)))
 
     lm = BionemoLightningModule(
         Config(**config_kwargs(a)),
@@ -439,6 +468,9 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
     if a.diagnose:
         print_state_difference(timer.phases.state, timer.raw_phases.state)
         gc_times.print(a.steps - a.warmup)
+        print("\nattribute lookups NeMo's DDP / MegatronParallel forward to the wrapped module, per module step:")
+        for (kind, item), n in proxied.most_common(12):
+            print(f"{n / (a.steps - a.warmup):8.1f}  {kind}.{item}")
     return timer.module_times, timer.raw_times, timer.phases, timer.raw_phases
 
 
@@ -461,6 +493,25 @@ def print_profile_difference(module: cProfile.Profile, raw: cProfile.Profile, st
         (m_calls, m_s), (r_calls, r_s) = own["module"].get(key, (0, 0.0)), own["raw"].get(key, (0, 0.0))
         chain = "".join(f"  <- {_where(c)}" for c in _caller_chain(stats["module"], key))
         print(f"{(m_s - r_s) * 1e3 / steps:+13.3f} {m_calls // steps:12d} {r_calls // steps:9d}  {_where(key)}{chain}")
+
+
+def count_attribute_fallbacks(counts: Counter, counting: Callable[[], bool]) -> None:
+    """Count, while ``counting()``, the lookups that miss NeMo's wrappers and go on to the wrapped module.
+
+    NeMo's ``DDP.__getattr__`` answers them through ``getattr_proxy`` after an ``AttributeError``; the raw loop's
+    megatron ``DistributedDataParallel`` has no such fallback. (A diagnostic: it replaces NeMo's function for the
+    rest of this process.)
+    """
+    from nemo.lightning import megatron_parallel
+
+    proxy = megatron_parallel.getattr_proxy
+
+    def counted(self: Any, item: Any) -> Any:
+        if counting():
+            counts[(type(self).__name__, str(item))] += 1
+        return proxy(self, item)
+
+    megatron_parallel.getattr_proxy = counted
 
 
 def print_state_difference(module: dict[str, str], raw: dict[str, str]) -> None:
@@ -527,7 +578,7 @@ def main() -> None:
         parser.add_argument(f"--{key}", type=int, default=value)
     parser.add_argument("--profile", action="store_true", help="cProfile one block of each loop (see above)")
     parser.add_argument(
-        "--profile-phase", type=int, choices=range(len(Phases.NAMES)), help="with --profile: only this phase (0-3)"
+        "--profile-phase", type=int, choices=range(len(Phases.NAMES)), help="with --profile: only this phase (0-4)"
     )
     parser.add_argument("--kernels", action="store_true", help="GPU kernels of one block of each loop (see above)")
     parser.add_argument(
@@ -565,6 +616,12 @@ def main() -> None:
             for phases in (raw_phases, module_phases)
         )
         print(f"{name:32} {raw_ms:8.2f} {module_ms:8.2f} {module_ms - raw_ms:+8.2f}")
+    for part in Phases.PARTS:
+        raw_ms, module_ms = (
+            statistics.median(parts[part] for parts in phases.step_parts[a.warmup :]) * 1e3
+            for phases in (raw_phases, module_phases)
+        )
+        print(f"{'  in the schedule: ' + part:32} {raw_ms:8.2f} {module_ms:8.2f} {module_ms - raw_ms:+8.2f}")
 
 
 if __name__ == "__main__":
