@@ -36,10 +36,13 @@ GPU time per step of both loops, by kernel, the largest differences first: wheth
 loop does not. ``--diagnose`` prints what decides every op's host
 cost in each loop (threads, trace/profile hooks, autocast, torch function/dispatch modes, dynamo's frame callback,
 gc state, CUDA memory) and each loop's Python garbage collections per step; ``--gc freeze`` runs both loops over a
-``gc.freeze()``-n heap.
+``gc.freeze()``-n heap. ``--sampler-log on`` lets NeMo's data sampler log its two metrics every step, as NeMo does by
+default (``MegatronDataModule(log_sampler_metrics=True)``); ``alternate`` switches it on and off between module
+blocks and prints the module's median step both ways.
 
 Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 512 --mbs 8 --nmb 4 --seq 256]
     [--steps 120 --block 10 --warmup 20] [--profile [--profile-phase 0-4]] [--kernels] [--diagnose] [--gc freeze]
+    [--sampler-log off|on|alternate]
 """
 
 import argparse
@@ -311,11 +314,12 @@ def raw_loop(a, phases: Phases) -> Any:
     return step
 
 
-def run(a) -> tuple[list[float], list[float], Phases, Phases]:
+def run(a) -> tuple[list[float], list[float], Phases, Phases, list[bool]]:
     """Fit the module for ``a.steps`` steps with raw-loop blocks in between.
 
     Returns:
-        Module step times, raw step times, and each loop's :class:`Phases`.
+        Module step times, raw step times, each loop's :class:`Phases`, and for each module step whether NeMo's
+        data sampler logged its metrics in it.
     """
     from bionemo.core.megatron_env import prepare_megatron_import
 
@@ -358,6 +362,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         def __init__(self) -> None:
             self.steps_done = 0
             self.module_times: list[float] = []
+            self.sampler_logged: list[bool] = []  # per module step: whether NeMo's sampler logged its metrics
+            self.logging = a.sampler_log == "on"
             self.raw_times: list[float] = []
             self.start = 0.0
             self.raw_block = 0.0
@@ -371,6 +377,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
             now = time.perf_counter()
             if self.start:
                 self.module_times.append(now - self.start - self.raw_block)
+                self.sampler_logged.append(self.logging)
             self.phases.close(now, self.raw_block)
             self.start, self.raw_block = now, 0.0
 
@@ -383,6 +390,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
 
         def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
             self._mark()
+            self.logging = data.data_sampler.output_log
             if profiles and self.steps_done == a.warmup:
                 if a.profile_phase is None:
                     profiles[0].enable()
@@ -433,6 +441,8 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
             if traced:
                 traced[1].stop()
             self.raw_block = time.perf_counter() - block_start
+            if a.sampler_log == "alternate":  # the next block of module steps with the other setting
+                data.data_sampler.output_log = not data.data_sampler.output_log
 
         def on_train_end(self, trainer, pl_module):
             self._mark()
@@ -452,8 +462,9 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         ),
     )
     data = MegatronDataModule(
-        train=token_dataset(a), micro_batch_size=a.mbs, global_batch_size=a.mbs * a.nmb, seq_length=a.seq
-    )
+        train=token_dataset(a), micro_batch_size=a.mbs, global_batch_size=a.mbs * a.nmb, seq_length=a.seq,
+        log_sampler_metrics=a.sampler_log == "on",
+    )  # fmt: skip
     trainer = nl.Trainer(
         devices=1, accelerator="gpu", strategy=nl.MegatronStrategy(ckpt_async_save=False),
         plugins=nl.MegatronMixedPrecision(precision="bf16-mixed"), max_steps=a.steps, limit_val_batches=0,
@@ -471,7 +482,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases]:
         print("\nattribute lookups NeMo's DDP / MegatronParallel forward to the wrapped module, per module step:")
         for (kind, item), n in proxied.most_common(12):
             print(f"{n / (a.steps - a.warmup):8.1f}  {kind}.{item}")
-    return timer.module_times, timer.raw_times, timer.phases, timer.raw_phases
+    return timer.module_times, timer.raw_times, timer.phases, timer.raw_phases, timer.sampler_logged
 
 
 def print_profile_difference(module: cProfile.Profile, raw: cProfile.Profile, steps: int, rows: int = 40) -> None:
@@ -585,13 +596,24 @@ def main() -> None:
         "--diagnose", action="store_true", help="each loop's Python gc and the state its ops run in (see above)"
     )
     parser.add_argument(
+        "--sampler-log",
+        choices=("off", "on", "alternate"),
+        default="off",
+        help="NeMo's data sampler logs consumed_samples and global_batch_size every step (MegatronDataModule's "
+        "log_sampler_metrics); alternate: module blocks take turns",
+    )
+    parser.add_argument(
         "--gc", choices=("default", "freeze"), default="default", help="freeze: gc.freeze() the heap before training"
     )
     a = parser.parse_args()
     if a.steps % a.block or a.warmup % a.block or a.warmup >= a.steps:
         parser.error("--steps and --warmup must be multiples of --block, and --warmup below --steps")
-    module_times, raw_times, module_phases, raw_phases = run(a)
-    module_times, raw_times = module_times[a.warmup :], raw_times[a.warmup :]
+    module_times, raw_times, module_phases, raw_phases, sampler_logged = run(a)
+    module_times, raw_times, sampler_logged = (
+        module_times[a.warmup :],
+        raw_times[a.warmup :],
+        sampler_logged[a.warmup :],
+    )
     tokens_per_step = a.mbs * a.nmb * a.seq
     print(
         f"{a.layers} layers x {a.hidden}, micro-batch {a.mbs} x {a.seq} tokens, {a.nmb} per step; "
@@ -609,6 +631,11 @@ def main() -> None:
         f"per block pair: median {statistics.median(pairs):.3f}x, range {min(pairs):.3f}-{max(pairs):.3f}x "
         f"over {len(pairs)} pairs"
     )
+    if a.sampler_log == "alternate":
+        for logged in (False, True):
+            seconds = statistics.median(t for t, on in zip(module_times, sampler_logged, strict=True) if on == logged)
+            label = "module, NeMo's sampler logging" if logged else "module, sampler not logging"
+            print(f"{label:32} median step {seconds * 1e3:8.2f} ms, {seconds / medians['raw']:.3f}x raw")
     print(f"{'phase (host time, median ms)':32} {'raw':>8} {'module':>8} {'extra':>8}")
     for i, name in enumerate(Phases.NAMES):
         raw_ms, module_ms = (

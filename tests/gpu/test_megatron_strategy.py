@@ -58,6 +58,8 @@ def test_train_validate_checkpoint_reload_predict(tmp_path, devices, tp):
     assert "val_ppl" in metrics, metrics
     assert metrics["val_ppl"] == pytest.approx(math.exp(metrics["val_loss"]), rel=1e-3)
     assert "train_ppl" in metrics
+    # MegatronDataModule keeps NeMo's data sampler from logging these every step (log_sampler_metrics=False)
+    assert not {"consumed_samples", "global_batch_size"} & set(metrics), metrics
     assert record["merge_pred_trained"]["index"] == list(range(N_PREDICT))
     assert record["merge_pred_reloaded"]["index"] == list(range(N_PREDICT))
     trained = torch.load(tmp_path / "pred_trained.pt", weights_only=True)

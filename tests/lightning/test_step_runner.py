@@ -169,6 +169,15 @@ def test_the_data_sampler_is_built_when_first_asked_for():
     assert datamodule.data_sampler is other
 
 
+def test_the_data_sampler_logs_no_per_step_metrics_unless_asked():
+    # NeMo's sampler logs consumed_samples and global_batch_size after every step by default (host-to-device
+    # copies and Lightning metric updates on the step's critical path); here only on request
+    assert _datamodule().data_sampler.output_log is False
+    datamodule = _datamodule()
+    datamodule.log_sampler_metrics = True
+    assert datamodule.data_sampler.output_log is True
+
+
 def test_loaders_are_nemo_ones_only_under_megatron():
     datamodule = _datamodule()
     plain = datamodule.predict_dataloader()

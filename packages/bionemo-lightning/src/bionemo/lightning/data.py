@@ -42,6 +42,11 @@ class MegatronDataModule(pl.LightningDataModule):
         pin_memory: Collate into page-locked host memory, so that copies to the GPU are asynchronous.
         collate_fn: Batch collate function (default: torch's ``default_collate``).
         shuffle_train: Shuffle the training data (megatron's random sampler under MegatronStrategy).
+        log_sampler_metrics: Let NeMo's data sampler log ``consumed_samples`` and ``global_batch_size`` after
+            every training step under MegatronStrategy, as NeMo does by default. Off here: each is a tensor
+            copied to the GPU and a Lightning metric update on every step's critical path (see
+            ``tools/bench_module_overhead.py --sampler-log``), and both follow from the step count
+            (``consumed_samples = global_step * global_batch_size``).
     """
 
     def __init__(
@@ -58,6 +63,7 @@ class MegatronDataModule(pl.LightningDataModule):
         pin_memory: bool = False,
         collate_fn: Callable[[list[Any]], Any] | None = None,
         shuffle_train: bool = False,
+        log_sampler_metrics: bool = False,
     ) -> None:
         super().__init__()
         if micro_batch_size < 1:
@@ -72,6 +78,7 @@ class MegatronDataModule(pl.LightningDataModule):
         self.pin_memory = pin_memory
         self.collate_fn = collate_fn
         self.shuffle_train = shuffle_train
+        self.log_sampler_metrics = log_sampler_metrics
         self.seq_length = seq_length
         self.global_batch_size = global_batch_size or micro_batch_size
         self._data_sampler: Any = None
@@ -90,6 +97,7 @@ class MegatronDataModule(pl.LightningDataModule):
                 micro_batch_size=self.micro_batch_size,
                 global_batch_size=self.global_batch_size,
                 dataloader_type="cyclic" if self.shuffle_train else "single",
+                output_log=self.log_sampler_metrics,
             )
         return self._data_sampler
 
