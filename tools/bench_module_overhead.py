@@ -47,6 +47,7 @@ Usage (GPU machine): python tools/bench_module_overhead.py [--layers 4 --hidden 
 
 import argparse
 import cProfile
+import functools
 import gc
 import statistics
 import time
@@ -73,7 +74,9 @@ class Phases:
         "after the optimizer step",
     )
     MARKS = ("start", "forward", "scheduled", "optimizer", "stepped")
-    PARTS: tuple[str, ...] = ("data steps", "model forwards")  # summed over a step's micro-batches, inside its schedule
+    # summed over a step's micro-batches, inside its schedule; the last two with --diagnose: megatron's
+    # forward_step (the step function given to the schedule, its data step, model forward and loss) and backward_step
+    PARTS: tuple[str, ...] = ("data steps", "model forwards", "megatron forward_step", "megatron backward_step")
 
     def __init__(self, profile: Callable[[], cProfile.Profile] | None = None, phase: int | None = None) -> None:
         self.marks: dict[str, float] = {}
@@ -355,6 +358,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases, list[bool]]:
     if a.diagnose:
         gc.callbacks.append(gc_times)
         count_attribute_fallbacks(proxied, lambda: gc_times.counting and gc_times.loop == "module")
+        time_schedule_steps(lambda: timer.phases if gc_times.loop == "module" else timer.raw_phases)
 
     class Interleave(pl.Callback):
         """Times module steps (batch start to next batch start) and runs a raw block after every ``block``."""
@@ -506,6 +510,27 @@ def print_profile_difference(module: cProfile.Profile, raw: cProfile.Profile, st
         print(f"{(m_s - r_s) * 1e3 / steps:+13.3f} {m_calls // steps:12d} {r_calls // steps:9d}  {_where(key)}{chain}")
 
 
+def time_schedule_steps(phases: Callable[[], Phases]) -> None:
+    """Add the host time of megatron's ``forward_step`` and ``backward_step`` to the running loop's ``phases()``.
+
+    Both loops run the same no-pipelining schedule, which calls them by their module names. (A diagnostic: it
+    wraps megatron's functions for the rest of this process, in both loops alike.)
+    """
+    from megatron.core.pipeline_parallel import schedules
+
+    def timed(name: str) -> None:
+        function = getattr(schedules, name)
+
+        @functools.wraps(function)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return phases().timed(f"megatron {name}", lambda: function(*args, **kwargs))
+
+        setattr(schedules, name, wrapper)
+
+    timed("forward_step")
+    timed("backward_step")
+
+
 def count_attribute_fallbacks(counts: Counter, counting: Callable[[], bool]) -> None:
     """Count, while ``counting()``, the lookups that miss NeMo's wrappers and go on to the wrapped module.
 
@@ -648,7 +673,8 @@ def main() -> None:
             statistics.median(parts[part] for parts in phases.step_parts[a.warmup :]) * 1e3
             for phases in (raw_phases, module_phases)
         )
-        print(f"{'  in the schedule: ' + part:32} {raw_ms:8.2f} {module_ms:8.2f} {module_ms - raw_ms:+8.2f}")
+        if raw_ms or module_ms:
+            print(f"{'  in it: ' + part:32} {raw_ms:8.2f} {module_ms:8.2f} {module_ms - raw_ms:+8.2f}")
 
 
 if __name__ == "__main__":
