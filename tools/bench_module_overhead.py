@@ -86,6 +86,7 @@ class Phases:
         self.armed = False  # while armed, ``profile()`` runs during phase ``phase`` of each step
         self.profiling = False  # Python 3.12 refuses to enable a Profile twice (the raw loop closes steps twice)
         self.want_state = False  # with --diagnose: record step_state() at the next forward
+        self.want_graph = False  # with --diagnose: add backward_state() at the next backward
         self.state: dict[str, str] = {}
         self.parts = dict.fromkeys(self.PARTS, 0.0)
         self.step_parts: list[dict[str, float]] = []
@@ -404,6 +405,7 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases, list[bool]]:
                 kernels[0].start()
             if a.diagnose and self.steps_done == a.warmup:
                 self.phases.want_state = self.raw_phases.want_state = gc_times.counting = True
+                self.phases.want_graph = self.raw_phases.want_graph = True
 
         def on_megatron_microbatches_end(self, step, microbatch_outputs):  # a NeMo MegatronParallel event
             self.phases.mark("scheduled")
@@ -523,12 +525,36 @@ def time_schedule_steps(phases: Callable[[], Phases]) -> None:
 
         @functools.wraps(function)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return phases().timed(f"megatron {name}", lambda: function(*args, **kwargs))
+            running = phases()
+            if name == "backward_step" and running.want_graph:
+                running.want_graph = False
+                running.state |= backward_state(*args, **kwargs)
+            return running.timed(f"megatron {name}", lambda: function(*args, **kwargs))
 
         setattr(schedules, name, wrapper)
 
     timed("forward_step")
     timed("backward_step")
+
+
+def backward_state(
+    input_tensor: Any, output_tensor: Any, output_tensor_grad: Any, model_type: Any, config: Any
+) -> dict:
+    """What megatron's ``backward_step`` will do: the config fields it reads and the size of the loss's graph."""
+    fields = ("grad_scale_func", "deallocate_pipeline_outputs", "calculate_per_token_loss", "timers", "no_sync_func")
+    state = {f"config.{field}": repr(getattr(config, field, "-"))[:60] for field in fields}
+    loss = output_tensor[0] if isinstance(output_tensor, list) else output_tensor
+    seen, todo = set(), [loss.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo.extend(next_node for next_node, _ in node.next_functions)
+    kinds = Counter(type(node).__name__ for node in seen)
+    state["autograd nodes of a micro-batch"] = f"{len(seen)}: " + ", ".join(
+        f"{k} {n}" for k, n in sorted(kinds.items())
+    )
+    return state
 
 
 def count_attribute_fallbacks(counts: Counter, counting: Callable[[], bool]) -> None:
