@@ -33,8 +33,8 @@ schedule, +0.3-0.5 ms in the optimizer step, +0.3 ms after it, and NeMo's per-mi
 ``--profile`` runs Python's cProfile over the first block of module steps after the warm-up and over the raw
 block that follows, and prints the functions whose own (host) time the module adds: where its extra time goes,
 by function, with the call counts of both loops (cProfile slows both; compare counts and differences, not totals).
-``--profile-phase N`` profiles only phase N of each step (0: before the first forward, 1: forward + backward in
-megatron's schedule, 2: after the schedule until the optimizer, 3: optimizer step, 4: after it; see
+``--profile-phase N`` profiles only phase N of each step (0: before megatron's schedule, 1: the schedule (forward +
+backward), 2: after the schedule until the optimizer, 3: optimizer step, 4: after it; see
 :class:`Phases`). ``--kernels`` records the GPU kernels of the same blocks (torch.profiler) and prints launches and
 GPU time per step of both loops, by kernel, the largest differences first: whether the module launches work the raw
 loop does not. ``--diagnose`` prints what decides every op's host
@@ -66,18 +66,18 @@ RUN = {"steps": 120, "block": 10, "warmup": 20}
 class Phases:
     """Host timestamps within each step, to show where the module's extra time goes (medians per phase).
 
-    A step starts after a GPU sync (the GPU is idle), so "before the first forward" is host time the GPU
+    A step starts after a GPU sync (the GPU is idle), so "before megatron's schedule" is host time the GPU
     waits through; "after the optimizer step" runs until the next step's start, its sync included.
     """
 
     NAMES = (
-        "before the first forward",
-        "forward + backward (schedule)",
+        "before megatron's schedule",
+        "the schedule (forward + backward)",
         "after the schedule",
         "optimizer step",
         "after the optimizer step",
     )
-    MARKS = ("start", "forward", "scheduled", "optimizer", "stepped")
+    MARKS = ("start", "schedule", "scheduled", "optimizer", "stepped")
     # summed over a step's micro-batches, inside its schedule; the last two with --diagnose: megatron's
     # forward_step (the step function given to the schedule, its data step, model forward and loss) and backward_step
     PARTS: tuple[str, ...] = ("data steps", "model forwards", "megatron forward_step", "megatron backward_step")
@@ -89,7 +89,7 @@ class Phases:
         self.profile, self.phase = profile, phase
         self.armed = False  # while armed, ``profile()`` runs during phase ``phase`` of each step
         self.profiling = False  # Python 3.12 refuses to enable a Profile twice (the raw loop closes steps twice)
-        self.want_state = False  # with --diagnose: record step_state() at the next forward
+        self.want_state = False  # with --diagnose: record step_state() when the next schedule starts
         self.want_graph = False  # with --diagnose: add backward_state() at the next backward
         self.state: dict[str, str] = {}
         self.parts = dict.fromkeys(self.PARTS, 0.0)
@@ -107,7 +107,7 @@ class Phases:
         if name not in self.marks:
             self.marks[name] = time.perf_counter()
             self._toggle(name)
-            if name == "forward" and self.want_state:
+            if name == "schedule" and self.want_state:
                 self.state, self.want_state = step_state(), False
 
     def close(self, end: float, excluded: float = 0.0) -> None:
@@ -145,7 +145,7 @@ class Phases:
 
 
 def step_state() -> dict[str, str]:
-    """What decides the host cost of every op, read at a step's first forward (--diagnose compares both loops)."""
+    """What decides the host cost of every op, read as a step's schedule starts (--diagnose compares both loops)."""
     import importlib
     import sys
     import threading
@@ -296,7 +296,6 @@ def raw_loop(a, phases: Phases) -> Any:
     forward_backward = get_forward_backward_func()
 
     def forward_step(data, m):
-        phases.mark("forward")
         batch = phases.timed("data steps", lambda: data_step(next(data)))
         logits = phases.timed(  # [b, s, v]
             "model forwards", lambda: m(input_ids=batch["tokens"], position_ids=position_ids, attention_mask=None)
@@ -311,6 +310,7 @@ def raw_loop(a, phases: Phases) -> Any:
     def step() -> None:
         ddp.zero_grad_buffer()
         opt.zero_grad()
+        phases.mark("schedule")
         forward_backward(forward_step_func=forward_step, data_iterator=batches, model=[ddp],
                          num_microbatches=a.nmb, seq_length=a.seq, micro_batch_size=a.mbs,
                          forward_only=False)  # fmt: skip
@@ -411,7 +411,10 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases, list[bool]]:
                 self.phases.want_state = self.raw_phases.want_state = gc_times.counting = True
                 self.phases.want_graph = self.raw_phases.want_graph = True
 
-        def on_megatron_microbatches_end(self, step, microbatch_outputs):  # a NeMo MegatronParallel event
+        def on_megatron_microbatches_start(self, step):  # NeMo MegatronParallel events
+            self.phases.mark("schedule")
+
+        def on_megatron_microbatches_end(self, step, microbatch_outputs):
             self.phases.mark("scheduled")
 
         def on_before_optimizer_step(self, trainer, pl_module, optimizer):
@@ -459,18 +462,16 @@ def run(a) -> tuple[list[float], list[float], Phases, Phases, list[bool]]:
 
     timer = Interleave()
 
-    def module_data_step(it):
-        timer.phases.mark("forward")
-        return timer.phases.timed("data steps", lambda: data_step(next(it)))
-
     lm = BionemoLightningModule(
         Config(**config_kwargs(a)),
         forward_step=forward_step,
-        data_step=module_data_step,
+        data_step=lambda it: data_step(next(it)),
         optimizer=MegatronOptimizerModule(
             config=OptimizerConfig(lr=1e-4, optimizer="adam", bf16=True, use_distributed_optimizer=True)
         ),
     )
+    module_data_step = lm.data_step  # the fetch and the data step, timed like the raw loop's
+    lm.data_step = lambda dataloader_iter: timer.phases.timed("data steps", lambda: module_data_step(dataloader_iter))
     data = MegatronDataModule(
         train=token_dataset(a), micro_batch_size=a.mbs, global_batch_size=a.mbs * a.nmb, seq_length=a.seq,
         log_sampler_metrics=a.sampler_log == "on",
@@ -582,7 +583,7 @@ def count_attribute_fallbacks(counts: Counter, counting: Callable[[], bool]) -> 
 
 def print_state_difference(module: dict[str, str], raw: dict[str, str]) -> None:
     """Both loops' :func:`step_state` side by side, differences marked."""
-    print("\nstate at a step's first forward (--diagnose; * = the loops differ)")
+    print("\nstate as a step's schedule starts (--diagnose; * = the loops differ)")
     for name in module | raw:
         m, r = module.get(name, "-"), raw.get(name, "-")
         print(f"{'*' if m != r else ' '} {name:32} module {m}" + (f"\n  {'':32} raw    {r}" if m != r else ""))
