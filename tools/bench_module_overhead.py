@@ -25,10 +25,11 @@ per-micro-batch means while the module trained the global token-weighted mean (a
 same day, like for like with ``cached_signatures``: 8 x 256 1.049-1.168x over five runs (1.166x without it),
 16 x 1024 1.058x; ``--kernels``: the same GPU work (1,432 vs 1,401 launches, 8.21 vs 8.16 ms per step), so the
 difference is host time spread over Lightning's loop and NeMo's ``MegatronParallel``. 2026-12-01, seventh session:
-16 x 1024 1.035x (block pairs 1.018-1.052x); 8 x 256 1.085-1.128x over seven runs. ``--diagnose``: the same autograd
-graph (227 nodes per micro-batch), model forwards within 0.5 ms per step, no thread / hook / mode / gc difference; the
-module's extra is +1.3-1.7 ms before the first forward (~0.7 ms of it the first fetch), +1.2-1.6 ms after the
-schedule, +0.3-0.5 ms in the optimizer step, +0.3 ms after it, and NeMo's per-micro-batch wrapping in the schedule.
+16 x 1024 1.035x (block pairs 1.018-1.052x) and 1.091x in a later run; 8 x 256 1.077-1.128x over eight runs.
+``--diagnose``: the same autograd graph (227 nodes per micro-batch), no thread / hook / mode / gc difference; the
+module's extra is +0.7-0.8 ms before megatron's schedule, +1.2-1.5 ms after it, +0.3-0.8 ms in the optimizer step,
++0.3 ms after it, and 1-5 ms within the schedule, where the same forwards and backwards differ by up to +-3 ms
+from run to run.
 
 ``--profile`` runs Python's cProfile over the first block of module steps after the warm-up and over the raw
 block that follows, and prints the functions whose own (host) time the module adds: where its extra time goes,
