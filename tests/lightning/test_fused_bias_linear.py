@@ -58,3 +58,66 @@ def test_layers_needing_communication_are_megatrons(monkeypatch, ours_class, meg
     assert bias is layer.bias
     monkeypatch.setattr(megatron_class, "forward", lambda self, *args, **kwargs: ("megatron", None))
     assert layer(torch.randn(5, 3, 16))[0] == "megatron"
+
+
+def ddp_hook(weight: torch.nn.Parameter) -> None:
+    """What megatron DDP's backward hook does with a parameter's gradient (its buffer is ``main_grad``)."""
+    if weight.grad is not None and not weight.grad_added_to_main_grad:  # type: ignore[attr-defined]
+        weight.main_grad.add_(weight.grad)  # type: ignore[attr-defined]
+    weight.grad = None
+
+
+def give_main_grad(layer) -> None:
+    """Attach what megatron's DDP gives every trained parameter: an fp32 ``main_grad`` and the fused-add flag."""
+    for param in layer.parameters():
+        param.main_grad = torch.zeros_like(param, dtype=torch.float32)
+        param.grad_added_to_main_grad = False
+
+
+@pytest.mark.parametrize(("ours_class", "megatron_class"), PAIRS)
+def test_weight_gradients_go_into_main_grad_as_megatrons_ddp_accumulates_them(ours_class, megatron_class):
+    """Two micro-batches: ``main_grad`` holds megatron's accumulated gradients; nothing is added twice."""
+    ensure_model_parallel()
+    torch.manual_seed(0)
+    ours, theirs = build(ours_class, False), build(megatron_class, False)
+    with torch.no_grad():
+        theirs.bias.normal_()
+    ours.load_state_dict(theirs.state_dict())
+    give_main_grad(ours)
+    give_main_grad(theirs)
+    for micro_batch in range(2):
+        x = torch.randn(5, 3, 16, generator=torch.Generator().manual_seed(micro_batch))
+        x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
+        for layer, inputs in ((ours, x_ours), (theirs, x_theirs)):
+            run(layer, inputs)
+            for param in layer.parameters():
+                ddp_hook(param)
+        torch.testing.assert_close(x_ours.grad, x_theirs.grad, rtol=1e-5, atol=1e-6)
+    assert ours.weight.grad_added_to_main_grad
+    assert not theirs.weight.grad_added_to_main_grad
+    for name in ("weight", "bias"):
+        ours_grad, theirs_grad = getattr(ours, name).main_grad, getattr(theirs, name).main_grad
+        assert theirs_grad.abs().sum() > 0
+        torch.testing.assert_close(ours_grad, theirs_grad, rtol=1e-5, atol=1e-5)
+
+
+def test_switched_off_weight_gradients_go_through_autograd(monkeypatch):
+    ensure_model_parallel()
+    monkeypatch.setenv(fused.WGRAD_SWITCH, "0")
+    layer = build(FusedBiasColumnParallelLinear, False)
+    give_main_grad(layer)
+    run(layer, torch.randn(5, 3, 16))
+    assert not layer.wgrad_into_main_grad
+    assert layer.weight.grad is not None
+    assert not layer.weight.grad_added_to_main_grad
+    assert layer.weight.main_grad.abs().sum() == 0  # left to DDP's hook, as without this layer
+
+
+def test_without_megatron_ddp_weight_gradients_go_through_autograd():
+    """No ``main_grad`` (prediction, Lightning's strategies): ``weight.grad`` as with ``F.linear``."""
+    ensure_model_parallel()
+    layer = build(FusedBiasRowParallelLinear, False)
+    assert layer.wgrad_into_main_grad
+    run(layer, torch.randn(5, 3, 16))
+    assert layer.weight.grad is not None
+    assert layer.weight.grad.abs().sum() > 0
