@@ -20,6 +20,17 @@ def build(cls: type, skip_bias_add: bool):
     return cls(16, 24, input_is_parallel=True, **common)
 
 
+def same_weights(ours_class: type, megatron_class: type, skip_bias_add: bool):
+    """Our layer and megatron's, with the same random weights and biases."""
+    ensure_model_parallel()
+    torch.manual_seed(0)
+    ours, theirs = build(ours_class, skip_bias_add), build(megatron_class, skip_bias_add)
+    with torch.no_grad():
+        theirs.bias.normal_()
+    ours.load_state_dict(theirs.state_dict())
+    return ours, theirs
+
+
 def run(layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
     out, bias = layer(x)
     total = out if bias is None else out + bias
@@ -30,12 +41,7 @@ def run(layer, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor | None]:
 @pytest.mark.parametrize("skip_bias_add", [False, True])
 @pytest.mark.parametrize(("ours_class", "megatron_class"), PAIRS)
 def test_fused_bias_linear_gives_megatrons_output_and_gradients(ours_class, megatron_class, skip_bias_add):
-    ensure_model_parallel()
-    torch.manual_seed(0)
-    ours, theirs = build(ours_class, skip_bias_add), build(megatron_class, skip_bias_add)
-    with torch.no_grad():
-        theirs.bias.normal_()
-    ours.load_state_dict(theirs.state_dict())
+    ours, theirs = same_weights(ours_class, megatron_class, skip_bias_add)
     x = torch.randn(5, 3, 16)
     x_ours, x_theirs = x.clone().requires_grad_(), x.clone().requires_grad_()
     out_ours, bias_ours = run(ours, x_ours)
@@ -77,12 +83,7 @@ def give_main_grad(layer) -> None:
 @pytest.mark.parametrize(("ours_class", "megatron_class"), PAIRS)
 def test_weight_gradients_go_into_main_grad_as_megatrons_ddp_accumulates_them(ours_class, megatron_class):
     """Two micro-batches: ``main_grad`` holds megatron's accumulated gradients; nothing is added twice."""
-    ensure_model_parallel()
-    torch.manual_seed(0)
-    ours, theirs = build(ours_class, False), build(megatron_class, False)
-    with torch.no_grad():
-        theirs.bias.normal_()
-    ours.load_state_dict(theirs.state_dict())
+    ours, theirs = same_weights(ours_class, megatron_class, skip_bias_add=False)
     give_main_grad(ours)
     give_main_grad(theirs)
     for micro_batch in range(2):
