@@ -76,7 +76,8 @@ def _parameters(callable_: Any) -> Parameters:
 callback_parameters: Callable[[Any], Parameters] = _cached(_parameters)
 """The :class:`Parameters` of a callback method (the signature of a bound method, without ``self``)."""
 
-_argument_names: Callable[[Any], frozenset[str]] = _cached(lambda f: frozenset(inspect.getfullargspec(f).args))
+_full_arg_spec: Callable[[Any], inspect.FullArgSpec] = _cached(lambda f: inspect.getfullargspec(f))
+"""``inspect.getfullargspec`` (looked up per call, so tests can count the inspections), read once per function."""
 
 
 def event(self: Any, name: str, *args: Any, **kwargs: Any) -> None:
@@ -97,15 +98,8 @@ def event(self: Any, name: str, *args: Any, **kwargs: Any) -> None:
 def _setup_module(self: Any, function: Any, **kwargs: Any) -> None:
     """``MegatronParallel._setup_module`` with ``function.setup``'s argument names read once."""
     if hasattr(function, "setup"):
-        names = _argument_names(function.setup)
+        names = _full_arg_spec(function.setup).args
         function.setup(**{k: v for k, v in kwargs.items() if k in names})
-
-
-def _arg_spec(function: Any) -> inspect.FullArgSpec:
-    return inspect.getfullargspec(function)  # looked up per call, so tests can count the inspections
-
-
-_full_arg_spec: Callable[[Any], inspect.FullArgSpec] = _cached(_arg_spec)
 
 
 def is_param_in_hook_signature(
