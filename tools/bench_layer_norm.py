@@ -3,13 +3,14 @@
 Times the kernels with torch.profiler (GPU time summed over the kernels of each call, so host overheads do not
 count) on ``--rows`` rows (default 16,416: a micro-batch of 16 x 1026 of the GPU recipe) of each ``--widths``, in
 bf16, and prints torch's figure, ours and their ratio; ``--per-sm`` tries the backward with that many programs per
-multiprocessor (``bionemo.lightning._layer_norm_triton.BACKWARD_PROGRAMS_PER_SM``).
+multiprocessor (``bionemo.lightning._layer_norm_triton.BACKWARD_PROGRAMS_PER_SM``; ``width``: the default choice by
+width, 16 up to width 640 and 4 above, from the figures below).
 
 Measured on one H200 (2026-12-01, this script): forward without gradient, width 640: torch 33.4 us, ours 17.1 us;
 1280: 46.4 / 36.0 us. Forward + backward, width 1280: torch 162.3 us, ours 114.7 us (4 per SM), 117.0 (16), 163.7
 (64); width 640: torch 131.9 us, ours 81.9 / 67.7 / 91.3 us.
 
-Usage (GPU machine): python tools/bench_layer_norm.py [--rows 16416] [--widths 640,1280] [--per-sm 4,16,64]
+Usage (GPU machine): python tools/bench_layer_norm.py [--rows 16416] [--widths 640,1280] [--per-sm width,4,16,64]
 """
 
 import argparse
@@ -57,7 +58,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rows", type=int, default=16 * 1026)
     parser.add_argument("--widths", default="640,1280")
-    parser.add_argument("--per-sm", default="4,16,64", help="backward programs per multiprocessor to try")
+    parser.add_argument(
+        "--per-sm", default="width,4,16,64", help="backward programs per multiprocessor to try ('width': the default)"
+    )
     args = parser.parse_args()
 
     import torch
@@ -76,11 +79,13 @@ def main() -> None:
         print(f"width {width}, {args.rows:,} rows, bf16: forward without gradient  torch {reference:7.1f} us  "
               f"ours {mine:7.1f} us  ({reference / mine:.2f}x)")  # fmt: skip
         reference = gpu_microseconds(training(theirs, x, dy))
-        for per_sm in (int(n) for n in args.per_sm.split(",")):
-            kernels.BACKWARD_PROGRAMS_PER_SM = per_sm
+        for setting in args.per_sm.split(","):
+            kernels.BACKWARD_PROGRAMS_PER_SM = None if setting == "width" else int(setting)
+            per_sm = kernels.backward_programs_per_sm(width)
             mine = gpu_microseconds(training(ours, x, dy))
+            chosen = ", the default for this width" if setting == "width" else ""
             print(f"width {width}, {args.rows:,} rows, bf16: forward + backward  torch {reference:7.1f} us  "
-                  f"ours {mine:7.1f} us  ({reference / mine:.2f}x, {per_sm} programs per SM)")  # fmt: skip
+                  f"ours {mine:7.1f} us  ({reference / mine:.2f}x, {per_sm} programs per SM{chosen})")  # fmt: skip
 
 
 if __name__ == "__main__":

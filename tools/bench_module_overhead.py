@@ -3,9 +3,9 @@
 Both train a megatron-core GPTModel of the same shape (local layer spec, bf16, distributed Adam, megatron DDP
 with the gradient NaN check that MegatronStrategy turns on) on the same synthetic tokens, read through the
 same kind of DataLoader and moved to the GPU by the same data step, with the same micro-batching. The raw
-loop runs with the megatron-core fix MegatronCompatCallback installs for the module (multi_tensor_foreach, the wait-free
-gradient norm) and trains the same objective (``calculate_per_token_loss``, the loss as ``(sum, tokens)``), so the
-ratio is the layer's own cost.
+loop runs with the megatron-core speed-ups MegatronCompatCallback applies for the module (multi_tensor_foreach,
+the wait-free gradient norm; fused_adam, torch's fused AdamW) and trains the same objective
+(``calculate_per_token_loss``, the loss as ``(sum, tokens)``), so the ratio is the layer's own cost.
 
 Both loops run in ONE process, in alternating blocks of ``--block`` steps: the raw loop's blocks run inside a
 Lightning callback between two module steps, and are subtracted from that module step's time. At these
@@ -277,6 +277,7 @@ def raw_loop(a, phases: Phases) -> Any:
     from torch.utils.data import DataLoader
 
     from bionemo.lightning.megatron_compat import install_multi_tensor_fix
+    from bionemo.lightning.workarounds.fused_adam import fuse_adam
     from bionemo.losses import masked_token_loss_sums
 
     cfg = TransformerConfig(**config_kwargs(a))
@@ -292,6 +293,7 @@ def raw_loop(a, phases: Phases) -> Any:
         OptimizerConfig(lr=1e-4, optimizer="adam", bf16=True, use_distributed_optimizer=True), [ddp]
     )
     install_multi_tensor_fix()  # already installed for the module by MegatronCompatCallback; idempotent
+    fuse_adam([opt])  # what MegatronCompatCallback does to the module's optimizer at train start
     position_ids = torch.arange(a.seq, device="cuda").expand(a.mbs, -1)
     batches = iter(DataLoader(token_dataset(a), batch_size=a.mbs))
     forward_backward = get_forward_backward_func()

@@ -60,6 +60,8 @@ def test_train_validate_checkpoint_reload_predict(tmp_path, devices, tp):
     assert "train_ppl" in metrics
     # MegatronDataModule keeps NeMo's data sampler from logging these every step (log_sampler_metrics=False)
     assert not {"consumed_samples", "global_batch_size"} & set(metrics), metrics
+    # the fused_adam speed-up: torch's fused AdamW, its step counters on the GPU (also after the resume below)
+    assert (fit["adam_fused"], fit["adam_step_devices"]) == ([True], ["cuda"])
     assert record["merge_pred_trained"]["index"] == list(range(N_PREDICT))
     assert record["merge_pred_reloaded"]["index"] == list(range(N_PREDICT))
     trained = torch.load(tmp_path / "pred_trained.pt", weights_only=True)
@@ -71,4 +73,5 @@ def test_train_validate_checkpoint_reload_predict(tmp_path, devices, tp):
     # counter and a loss already near the trained one's, not the untrained start
     assert resumed["global_step"] == 70
     assert resumed["adam_steps"] == [70.0]
+    assert (resumed["adam_fused"], resumed["adam_step_devices"]) == ([True], ["cuda"])
     assert resumed["losses"][0] < 0.5 * sum(losses[:5]) / 5, (resumed["losses"], losses)

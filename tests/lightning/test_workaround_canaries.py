@@ -127,3 +127,10 @@ def test_lightning_predict_loop_still_fails_fed_the_iterator_without_returned_pr
     returned = trainer.predict(IterPredictor(), loader, return_predictions=True)
     assert returned is not None
     assert len(returned) == 2
+
+
+def test_megatron_falls_back_to_torch_adam_here():
+    """What fused_adam speeds up: without Apex or TransformerEngine megatron builds torch's (unfused) Adam."""
+    from megatron.core import optimizer
+
+    assert optimizer.USING_PYTORCH_OPTIMIZER

@@ -116,6 +116,16 @@ def _adam_states(optimizer) -> list[dict]:
     return [state for each in getattr(inner, "chained_optimizers", [inner]) for state in each.optimizer.state.values()]
 
 
+def _adam_settings(optimizer) -> dict:
+    """Whether the torch Adam's param groups run fused, and where its step counters live (fused: on the GPU)."""
+    inner = optimizer.mcore_optimizer
+    torch_adams = [each.optimizer for each in getattr(inner, "chained_optimizers", [inner])]
+    return {
+        "adam_fused": sorted({bool(group.get("fused")) for adam in torch_adams for group in adam.param_groups}),
+        "adam_step_devices": sorted({str(s["step"].device.type) for s in _adam_states(optimizer)}),
+    }
+
+
 def phase(record: dict, name: str, fn) -> None:
     start = time.perf_counter()
     try:
@@ -149,6 +159,7 @@ def main() -> None:
             "median_step_s": times[len(times) // 2] if times else None,
             "global_step": trainer.global_step,
             "max_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
+            **_adam_settings(trainer.optimizers[0]),
         }
 
     def save():
@@ -166,6 +177,7 @@ def main() -> None:
             "global_step": resumer.global_step,
             "losses": recorder_resumed.losses,
             "adam_steps": sorted({float(s["step"]) for s in _adam_states(resumer.optimizers[0])}),
+            **_adam_settings(resumer.optimizers[0]),
         }
 
     def predict_trained():

@@ -95,19 +95,30 @@ def layer_norm_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, e
     return _launch_forward(x, weight, bias, eps, stats=False)[0]
 
 
-BACKWARD_PROGRAMS_PER_SM = 4
-"""Backward programs per multiprocessor. Measured on one H200 (16,416 rows, bf16, GPU time of forward + backward
-without the input gradient's accumulation): width 640: 4 per SM 79 us, 16 per SM 65 us, 64 per SM 88 us (the
-partial sums' reduction grows); width 1280: 113, 115 and 163 us; torch's kernels 130 and 161 us. 4 is the setting
-the GPU tests passed with (tests/gpu/test_layer_norm_gpu.py); 16 is faster at width 640, not yet run there."""
+BACKWARD_PROGRAMS_PER_SM: int | None = None
+"""Backward programs per multiprocessor; ``None``: by width (:func:`backward_programs_per_sm`). Set it to try one
+setting for every width (``tools/bench_layer_norm.py --per-sm``)."""
+
+NARROW_WIDTH = 640
+"""Widths up to this run the backward with 16 programs per multiprocessor, wider ones with 4. Measured on one H200
+(``tools/bench_layer_norm.py``, 16,416 rows, bf16, GPU time of forward + backward, 2026-12-01): width 640: 4 per
+SM 81.9 us, 16 per SM 67.7 us, 64 per SM 91.3 us (the partial sums' reduction grows); width 1280: 114.7, 117.0
+and 163.7 us; torch's kernels 131.9 and 162.3 us."""
 
 
-def _backward_programs(rows: int, device: torch.device) -> int:
+def backward_programs_per_sm(width: int) -> int:
+    """Backward programs per multiprocessor for rows of ``width`` (:data:`BACKWARD_PROGRAMS_PER_SM` if set)."""
+    if BACKWARD_PROGRAMS_PER_SM is not None:
+        return BACKWARD_PROGRAMS_PER_SM
+    return 16 if width <= NARROW_WIDTH else 4
+
+
+def _backward_programs(rows: int, width: int, device: torch.device) -> int:
     """Programs for the backward: a few per multiprocessor, so that the partial sums stay small."""
     if device.type != "cuda":
         return max(1, min(rows, 4))  # Triton's CPU interpreter (tests)
     sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(rows, BACKWARD_PROGRAMS_PER_SM * sms))
+    return max(1, min(rows, backward_programs_per_sm(width) * sms))
 
 
 def layer_norm_backward(
@@ -118,7 +129,7 @@ def layer_norm_backward(
     dx = torch.empty_like(x)
     if rows == 0:
         return dx, torch.zeros_like(weight), torch.zeros_like(weight)
-    programs = _backward_programs(rows, x.device)
+    programs = _backward_programs(rows, width, x.device)
     per_program = triton.cdiv(rows, programs)
     programs = triton.cdiv(rows, per_program)
     dw = torch.empty(programs, width, device=x.device, dtype=torch.float32)

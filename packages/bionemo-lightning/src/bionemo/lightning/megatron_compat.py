@@ -21,9 +21,10 @@ name                                 stages    what it works around
 ``multi_tensor_foreach``             fit       speed-up: megatron's grad norm fallback waits on the GPU per tensor
 ``fast_metric_to``                   all       speed-up: each ``self.log`` walks the stored metric (172 -> 34 us)
 ``cached_signatures``                all       speed-up: NeMo and ``LightningModule.log`` inspect signatures per call
+``fused_adam``                       fit       speed-up: megatron's torch Adam fallback runs multi-tensor kernels
 ==================================== ========= ==================================================================
 
-Switches: every work-around, the two speed-ups included, is on by default and can be left out by name,
+Switches: every work-around, the speed-ups included, is on by default and can be left out by name,
 ``MegatronCompatCallback(skip=["fast_metric_to"])`` given to the ``Trainer`` (the module then adds no second
 one), or with the environment variable ``BIONEMO_SKIP_WORKAROUNDS=fast_metric_to,multi_tensor_foreach`` for the
 callback the module adds. Leaving out a fix brings back the upstream failure it describes.
@@ -44,6 +45,7 @@ from bionemo.lightning.workarounds import (
     COLLECT_GARBAGE_BEFORE_PREDICT,
     DISTRIBUTED_OPTIMIZER_STEP,
     FAST_METRIC_TO,
+    FUSED_ADAM,
     LIMIT_BATCHES_TO_STEPS,
     MODELOPT_STAND_INS,
     MULTI_TENSOR_FOREACH,
@@ -55,6 +57,7 @@ from bionemo.lightning.workarounds import (
     Workaround,
 )
 from bionemo.lightning.workarounds.collect_garbage_before_predict import collect_garbage
+from bionemo.lightning.workarounds.fused_adam import fuse_adam
 from bionemo.lightning.workarounds.limit_batches_to_steps import scale_fit_limits, scale_limits_to_steps
 from bionemo.lightning.workarounds.modelopt_stand_ins import checkpoint_with_stand_ins, register_stand_ins
 from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
@@ -137,6 +140,12 @@ class MegatronCompatCallback(pl.Callback):
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if _is_megatron(trainer) and self._use(LIMIT_BATCHES_TO_STEPS):
             scale_fit_limits(trainer, self._patches)
+
+    @override
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """After a checkpoint's optimizer state is loaded (it brings the saving run's Adam settings)."""
+        if _is_megatron(trainer) and self._use(FUSED_ADAM):
+            fuse_adam(trainer.optimizers)
 
     @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

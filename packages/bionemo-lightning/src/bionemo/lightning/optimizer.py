@@ -9,7 +9,7 @@ from megatron.core.optimizer import OptimizerConfig
 if TYPE_CHECKING:
     from bionemo.lightning._nemo import MegatronOptimizerModule
 
-__all__ = ["default_megatron_optimizer", "init_adam_state", "torch_optimizer_from_config"]
+__all__ = ["default_megatron_optimizer", "init_adam_state", "torch_optimizer_from_config", "torch_optimizers"]
 
 
 def default_megatron_optimizer() -> "MegatronOptimizerModule":
@@ -61,7 +61,7 @@ def init_adam_state(optimizer: Any) -> None:
     optimizer then fails (``assert len(steps) == 1``). The state made here (step 0, zero moments) is what the
     first step would make, so training is unchanged.
     """
-    for inner in _torch_optimizers(optimizer):
+    for inner in torch_optimizers(optimizer):
         if not isinstance(inner, (torch.optim.Adam, torch.optim.AdamW)):
             continue
         for group in inner.param_groups:
@@ -83,13 +83,14 @@ def init_adam_state(optimizer: Any) -> None:
                     state["max_exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
 
 
-def _torch_optimizers(optimizer: Any) -> Iterator[torch.optim.Optimizer]:
+def torch_optimizers(optimizer: Any) -> Iterator[torch.optim.Optimizer]:
+    """The torch optimizers inside ``optimizer`` (itself, or those a NeMo / megatron wrapper holds, recursively)."""
     for attribute in ("mcore_optimizer", "chained_optimizers", "optimizer"):
         inner = getattr(optimizer, attribute, None)
         if inner is None:
             continue
         for each in inner if isinstance(inner, (list, tuple)) else [inner]:
-            yield from _torch_optimizers(each)
+            yield from torch_optimizers(each)
         return
     if isinstance(optimizer, torch.optim.Optimizer):
         yield optimizer

@@ -10,6 +10,7 @@ from bionemo.lightning.workarounds.cached_signatures import CACHED_SIGNATURES
 from bionemo.lightning.workarounds.collect_garbage_before_predict import COLLECT_GARBAGE_BEFORE_PREDICT
 from bionemo.lightning.workarounds.distributed_optimizer_step import DISTRIBUTED_OPTIMIZER_STEP
 from bionemo.lightning.workarounds.fast_metric_to import FAST_METRIC_TO
+from bionemo.lightning.workarounds.fused_adam import FUSED_ADAM
 from bionemo.lightning.workarounds.limit_batches_to_steps import LIMIT_BATCHES_TO_STEPS
 from bionemo.lightning.workarounds.modelopt_stand_ins import MODELOPT_STAND_INS
 from bionemo.lightning.workarounds.multi_tensor_foreach import MULTI_TENSOR_FOREACH
@@ -29,6 +30,7 @@ WORKAROUNDS: tuple[Workaround, ...] = (
     MULTI_TENSOR_FOREACH,
     FAST_METRIC_TO,
     CACHED_SIGNATURES,
+    FUSED_ADAM,
 )
 
 __all__ = [
@@ -36,6 +38,7 @@ __all__ = [
     "COLLECT_GARBAGE_BEFORE_PREDICT",
     "DISTRIBUTED_OPTIMIZER_STEP",
     "FAST_METRIC_TO",
+    "FUSED_ADAM",
     "LIMIT_BATCHES_TO_STEPS",
     "MODELOPT_STAND_INS",
     "MULTI_TENSOR_FOREACH",
