@@ -10,8 +10,9 @@ times 3 for forward and backward. Target (DEVELOPERS.md): 50% of the GPU's bf16 
 
 Usage (GPU machine): python tools/bench_recipe_throughput.py [--mbs 32 --nmb 8 --steps 25]
     [--model hidden_size=1024 --model num_attention_heads=16 ...] [--peak-tflops 989] [--num-workers 2]
-    [--no-pin-memory] [--modes sdpa,local] [--profile DIR]: a table of GPU time by operator over steps 6-7 (the
-    profiled steps are not timed apart; use --steps 15 or more so the median is not one of them) [--sync-debug]:
+    [--no-pin-memory] [--modes sdpa,local] [--profile DIR]: a table of GPU time by operator over steps 6-7, and how
+    much of that window the GPU was busy, its idle gaps by size and by the kernels around them (the profiled steps
+    are not timed apart; use --steps 15 or more so the median is not one of them) [--sync-debug]:
     where the host waits for the GPU in steps 6-7 (each synchronizing call with its callers)
 """
 
@@ -25,6 +26,43 @@ from typing import Any
 
 H200_BF16_DENSE_TFLOPS = 989.0
 """NVIDIA's H200 SXM figure (dense, no sparsity)."""
+
+
+def _gpu_idle(prof: Any) -> str:
+    """How much of the profiled window the GPU ran kernels; its longest idle gaps, with the kernel that followed."""
+    import collections
+
+    from torch.profiler import DeviceType
+
+    kernels = sorted(
+        (e.time_range.start, e.time_range.end, e.name) for e in prof.events() if e.device_type == DeviceType.CUDA
+    )
+    host = [e.time_range for e in prof.events() if e.device_type == DeviceType.CPU]
+    if not kernels or not host:
+        return "GPU idle: no kernels recorded"
+    window_start, window_end = min(r.start for r in host), max(r.end for r in host)
+    busy, gaps, reach, before = 0.0, [], window_start, "(window start)"
+    by_pair: collections.Counter[str] = collections.Counter()
+    for start, end, name in kernels:
+        if start > reach:
+            gaps.append((start - reach, reach - window_start, name))
+            if start - reach >= 20:
+                by_pair[f"{before[:48]}  ->  {name[:48]}"] += start - reach
+        busy += max(0.0, end - max(start, reach))
+        if end > reach:
+            reach, before = end, name
+    window = window_end - window_start
+    lines = [f"GPU busy {busy / 1e3:.1f} ms of the {window / 1e3:.1f} ms window ({100 * busy / window:.1f}%); "
+             f"idle gaps: {len(gaps)}, {sum(g for g, _, _ in gaps) / 1e3:.1f} ms"]  # fmt: skip
+    for low, high in ((0, 20), (20, 100), (100, 1000), (1000, float("inf"))):
+        sized = [g for g, _, _ in gaps if low <= g < high]
+        lines.append(f"  gaps of {low}-{high} us: {len(sized)}, {sum(sized) / 1e3:.1f} ms")
+    for gap, at, name in sorted(gaps, reverse=True)[:12]:
+        lines.append(f"  {gap / 1e3:7.2f} ms idle at +{at / 1e3:7.1f} ms, then {name[:70]}")
+    lines.append("idle gaps of 20 us or more by the kernels around them (before -> after), largest total first:")
+    for pair, total in by_pair.most_common(15):
+        lines.append(f"  {total / 1e3:7.2f} ms  {pair}")
+    return "\n".join(lines)
 
 
 def _model(args: argparse.Namespace) -> dict[str, Any]:
@@ -154,7 +192,8 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
                 sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=70
             )
             Path(args.profile).mkdir(parents=True, exist_ok=True)
-            (Path(args.profile) / f"recipe_{args.mode}_gpu_ops.txt").write_text(table)
+            (Path(args.profile) / f"recipe_{args.mode}_gpu_ops.txt").write_text(table + "\n" + _gpu_idle(self.prof))
+            print(_gpu_idle(self.prof), flush=True)
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             torch.cuda.synchronize()
