@@ -29,7 +29,8 @@ difference is host time spread over Lightning's loop and NeMo's ``MegatronParall
 ``--diagnose``: the same autograd graph (227 nodes per micro-batch), no thread / hook / mode / gc difference; the
 module's extra is +0.7-0.8 ms before megatron's schedule, +1.2-1.5 ms after it, +0.3-0.8 ms in the optimizer step,
 +0.3 ms after it, and 1-5 ms within the schedule, where the same forwards and backwards differ by up to +-3 ms
-from run to run.
+from run to run. Eighth session (both loops with ``fused_adam``): 16 x 1024 1.032x (block pairs median 1.028x,
+1.011-1.054x), 8 x 256 1.135x.
 
 ``--profile`` runs Python's cProfile over the first block of module steps after the warm-up and over the raw
 block that follows, and prints the functions whose own (host) time the module adds: where its extra time goes,
