@@ -7,11 +7,14 @@ their input gradient and sums its rows' weight and bias gradients in fp32 regist
 are then added up by torch (a ``[programs, width]`` fp32 buffer per parameter).
 """
 
+import functools
 from typing import Any
 
 import torch
 import triton
 import triton.language as tl
+
+from bionemo.lightning._triton import cdiv, next_power_of_2
 
 __all__ = ["TrainingLayerNorm", "layer_norm_rows"]
 
@@ -69,7 +72,7 @@ def _layer_norm_backward_kernel(
 def _shape(x: torch.Tensor) -> tuple[int, int, int]:
     """``(rows, width, BLOCK)``: the rows of the last dimension, its width and the power-of-two block holding it."""
     width = x.shape[-1]
-    return (x.numel() // width if width else 0), width, triton.next_power_of_2(width)
+    return (x.numel() // width if width else 0), width, next_power_of_2(width)
 
 
 def _num_warps(block: int) -> int:
@@ -81,8 +84,7 @@ def _launch_forward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     rows, width, block = _shape(x)
     out = torch.empty_like(x)
-    mean = torch.empty(rows if stats else 0, device=x.device, dtype=torch.float32)
-    rstd = torch.empty_like(mean)
+    mean, rstd = torch.empty(2, rows if stats else 0, device=x.device, dtype=torch.float32)  # one allocation
     if rows == 0:
         return out, mean, rstd
     kernel: Any = _layer_norm_kernel
@@ -117,8 +119,14 @@ def _backward_programs(rows: int, width: int, device: torch.device) -> int:
     """Programs for the backward: a few per multiprocessor, so that the partial sums stay small."""
     if device.type != "cuda":
         return max(1, min(rows, 4))  # Triton's CPU interpreter (tests)
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
-    return max(1, min(rows, backward_programs_per_sm(width) * sms))
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    return max(1, min(rows, backward_programs_per_sm(width) * _multiprocessors(index)))
+
+
+@functools.cache
+def _multiprocessors(index: int) -> int:
+    """The multiprocessor count of GPU ``index`` (asked once per process and GPU)."""
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def layer_norm_backward(
@@ -130,15 +138,16 @@ def layer_norm_backward(
     if rows == 0:
         return dx, torch.zeros_like(weight), torch.zeros_like(weight)
     programs = _backward_programs(rows, width, x.device)
-    per_program = triton.cdiv(rows, programs)
-    programs = triton.cdiv(rows, per_program)
-    dw = torch.empty(programs, width, device=x.device, dtype=torch.float32)
-    db = torch.empty_like(dw)
+    per_program = cdiv(rows, programs)
+    programs = cdiv(rows, per_program)
+    partial = torch.empty(2, programs, width, device=x.device, dtype=torch.float32)  # weight's, bias's
     kernel: Any = _layer_norm_backward_kernel
     kernel[(programs,)](
-        dy, x, weight, mean, rstd, dx, dw, db, rows, width, per_program, BLOCK=block, num_warps=_num_warps(block)
-    )
-    return dx, dw.sum(dim=0).to(weight.dtype), db.sum(dim=0).to(weight.dtype)
+        dy, x, weight, mean, rstd, dx, partial[0], partial[1], rows, width, per_program,
+        BLOCK=block, num_warps=_num_warps(block),
+    )  # fmt: skip
+    dw, db = partial.sum(dim=1).to(weight.dtype)  # one reduction and one cast for both
+    return dx, dw, db
 
 
 class TrainingLayerNorm(torch.autograd.Function):

@@ -11,6 +11,8 @@ import torch
 import triton
 import triton.language as tl
 
+from bionemo.lightning._triton import cdiv, next_power_of_2
+
 __all__ = ["rotate_strided"]
 
 
@@ -72,9 +74,9 @@ def rotate_strided(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, bac
     if rows == 0:
         return out
     half = d // 2
-    half_block = triton.next_power_of_2(half)
+    half_block = next_power_of_2(half)
     block_rows = max(1, min(64, 4096 // half_block))  # powers of two, about 4096 pairs per program
-    grid: Any = (triton.cdiv(rows, block_rows),)
+    grid: Any = (cdiv(rows, block_rows),)
     kernel: Any = _rotate_kernel
     kernel[grid](
         x, cos, sin, out, rows, b, h, x.stride(0), x.stride(1), x.stride(2),

@@ -1,8 +1,24 @@
-"""Whether Triton can be imported (optional: the GPU kernels of this package use it when it is there)."""
+"""Whether Triton can be imported, and the host-side integer helpers of this package's Triton launchers.
+
+The GPU kernels of this package use Triton when it is there (it is optional). ``triton.cdiv`` and
+``triton.next_power_of_2`` are Triton ``constexpr_function`` objects (triton 3.9): usable in kernels, but each host
+call first unwraps its arguments: 3.0-3.7 us per call on the CPU machine against 0.1 us for the plain arithmetic here.
+A LayerNorm forward + backward made four such calls and a RoPE call two.
+"""
 
 import functools
 
-__all__ = ["triton_importable"]
+__all__ = ["cdiv", "next_power_of_2", "triton_importable"]
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for ints (``triton.cdiv`` without its constexpr wrapper)."""
+    return -(-a // b)
+
+
+def next_power_of_2(n: int) -> int:
+    """The smallest power of two ``>= n`` (0 for 0), as ``triton.next_power_of_2``, without its wrapper."""
+    return 0 if n <= 0 else 1 << (n - 1).bit_length()
 
 
 @functools.cache
