@@ -4,7 +4,7 @@ Forward: one program per row (one token) loads the row once, takes mean and vari
 shifts and stores in the output's dtype; for training it also keeps each row's mean and reciprocal standard
 deviation (fp32). Backward (the Triton tutorial's scheme): each program takes a contiguous run of rows, writes
 their input gradient and sums its rows' weight and bias gradients in fp32 registers; the per-program partial sums
-are then added up by torch (a ``[programs, width]`` fp32 buffer per parameter).
+are then added up by torch (one ``[2, programs, width]`` fp32 buffer for both parameters, one reduction).
 """
 
 import functools
