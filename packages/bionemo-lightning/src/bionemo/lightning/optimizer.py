@@ -1,6 +1,6 @@
 """Optimizers: the default Megatron one, and the torch optimizer that honours the same config off Megatron."""
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -9,7 +9,14 @@ from megatron.core.optimizer import OptimizerConfig
 if TYPE_CHECKING:
     from bionemo.lightning._nemo import MegatronOptimizerModule
 
-__all__ = ["default_megatron_optimizer", "init_adam_state", "torch_optimizer_from_config", "torch_optimizers"]
+__all__ = [
+    "adam_step_options",
+    "default_megatron_optimizer",
+    "init_adam_state",
+    "torch_adams",
+    "torch_optimizer_from_config",
+    "torch_optimizers",
+]
 
 
 def default_megatron_optimizer() -> "MegatronOptimizerModule":
@@ -61,26 +68,36 @@ def init_adam_state(optimizer: Any) -> None:
     optimizer then fails (``assert len(steps) == 1``). The state made here (step 0, zero moments) is what the
     first step would make, so training is unchanged.
     """
-    for inner in torch_optimizers(optimizer):
-        if not isinstance(inner, (torch.optim.Adam, torch.optim.AdamW)):
-            continue
+    for inner in torch_adams(optimizer):
         for group in inner.param_groups:
-            on_device = group.get("capturable") or group.get("fused")
-            # as torch.optim.Adam makes it: float64 when that is the default dtype, except for the fused kernels
-            step_dtype = (
-                torch.float64
-                if torch.get_default_dtype() == torch.float64 and not group.get("fused")
-                else torch.float32
-            )
             for param in group["params"]:
                 state = inner.state[param]
                 if state:
                     continue
-                state["step"] = torch.zeros((), dtype=step_dtype, device=param.device if on_device else "cpu")
+                state["step"] = torch.zeros((), **adam_step_options(group, param.device))
                 state["exp_avg"] = torch.zeros_like(param, memory_format=torch.preserve_format)
                 state["exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
                 if group.get("amsgrad"):
                     state["max_exp_avg_sq"] = torch.zeros_like(param, memory_format=torch.preserve_format)
+
+
+def adam_step_options(group: Mapping[str, Any], device: torch.device) -> dict[str, Any]:
+    """``dtype`` and ``device`` of torch Adam's ``step`` counter for a parameter on ``device`` in param ``group``.
+
+    Where torch.optim.Adam keeps it: on the parameter's device for the fused or capturable kernels, else on the CPU;
+    float64 when that is the default dtype, except for the fused kernels (float32).
+    """
+    fused = bool(group.get("fused"))
+    on_device = fused or bool(group.get("capturable"))
+    dtype = torch.float64 if torch.get_default_dtype() == torch.float64 and not fused else torch.float32
+    return {"dtype": dtype, "device": device if on_device else torch.device("cpu")}
+
+
+def torch_adams(optimizer: Any) -> Iterator[torch.optim.Adam | torch.optim.AdamW]:
+    """The torch ``Adam`` / ``AdamW`` among :func:`torch_optimizers` of ``optimizer``."""
+    for inner in torch_optimizers(optimizer):
+        if isinstance(inner, torch.optim.Adam | torch.optim.AdamW):
+            yield inner
 
 
 def torch_optimizers(optimizer: Any) -> Iterator[torch.optim.Optimizer]:

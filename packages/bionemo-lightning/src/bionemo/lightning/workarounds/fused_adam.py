@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from bionemo.lightning.optimizer import torch_optimizers
+from bionemo.lightning.optimizer import adam_step_options, torch_adams
 from bionemo.lightning.workarounds.workaround import Workaround
 
 __all__ = ["FUSED_ADAM", "fuse_adam"]
@@ -39,9 +39,7 @@ def fuse_adam(optimizers: Iterable[Any]) -> int:
     """
     switched = 0
     for optimizer in optimizers:
-        for inner in torch_optimizers(optimizer):
-            if not isinstance(inner, torch.optim.Adam | torch.optim.AdamW):
-                continue
+        for inner in torch_adams(optimizer):
             for group in inner.param_groups:
                 if not _can_fuse(group):
                     continue
@@ -50,9 +48,8 @@ def fuse_adam(optimizers: Iterable[Any]) -> int:
                 for param in group["params"]:
                     state = inner.state.get(param)
                     if state and "step" in state:
-                        step = state["step"]
-                        step = step if isinstance(step, torch.Tensor) else torch.tensor(float(step))
-                        state["step"] = step.detach().to(device=param.device, dtype=torch.float32, copy=True)
+                        options = adam_step_options(group, param.device)
+                        state["step"] = state["step"].detach().to(copy=True, **options)
                 switched += 1
     return switched
 
