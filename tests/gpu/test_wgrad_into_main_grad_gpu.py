@@ -7,6 +7,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from bionemo.lightning import ensure_model_parallel
 from bionemo.lightning import fused_bias_linear as fused
 from bionemo.lightning.fused_bias_linear import FusedBiasColumnParallelLinear, accumulate_weight_gradient
+from support.megatron_ddp import ddp_hook, give_main_grad
 
 pytestmark = pytest.mark.gpu
 
@@ -39,9 +40,7 @@ def test_a_bf16_layer_trains_into_main_grad_like_autograd_and_the_ddp_hook():
     layer = FusedBiasColumnParallelLinear(
         1280, 5120, config=config, init_method=torch.nn.init.normal_, bias=True, gather_output=False
     ).cuda()
-    for param in layer.parameters():
-        param.main_grad = torch.zeros_like(param, dtype=torch.float32)
-        param.grad_added_to_main_grad = False
+    give_main_grad(layer)
     weight = layer.weight
     assert weight is not None
     expected = torch.zeros(5120, 1280, device="cuda", dtype=torch.float64)
@@ -54,9 +53,7 @@ def test_a_bf16_layer_trains_into_main_grad_like_autograd_and_the_ddp_hook():
         expected += grad_output.reshape(-1, 5120).double().t() @ x.detach().reshape(-1, 1280).double()
         torch.testing.assert_close(x.grad, grad_output @ weight, rtol=0, atol=0)
         for param in layer.parameters():  # megatron DDP's hook: adds weight.grad unless already in main_grad
-            if param.grad is not None and not param.grad_added_to_main_grad:
-                param.main_grad.add_(param.grad)
-            param.grad = None
+            ddp_hook(param)
     assert weight.grad_added_to_main_grad
     torch.testing.assert_close(weight.main_grad.double(), expected, rtol=1e-4, atol=5e-2)
     assert layer.bias.main_grad.abs().sum() > 0  # the bias gradient went through autograd and the hook

@@ -8,6 +8,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from bionemo.lightning import ensure_model_parallel
 from bionemo.lightning import fused_bias_linear as fused
 from bionemo.lightning.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
+from support.megatron_ddp import ddp_hook, give_main_grad
 
 PAIRS = [(FusedBiasColumnParallelLinear, ColumnParallelLinear), (FusedBiasRowParallelLinear, RowParallelLinear)]
 
@@ -64,20 +65,6 @@ def test_layers_needing_communication_are_megatrons(monkeypatch, ours_class, meg
     assert bias is layer.bias
     monkeypatch.setattr(megatron_class, "forward", lambda self, *args, **kwargs: ("megatron", None))
     assert layer(torch.randn(5, 3, 16))[0] == "megatron"
-
-
-def ddp_hook(weight: torch.nn.Parameter) -> None:
-    """What megatron DDP's backward hook does with a parameter's gradient (its buffer is ``main_grad``)."""
-    if weight.grad is not None and not weight.grad_added_to_main_grad:  # type: ignore[attr-defined]
-        weight.main_grad.add_(weight.grad)  # type: ignore[attr-defined]
-    weight.grad = None
-
-
-def give_main_grad(layer) -> None:
-    """Attach what megatron's DDP gives every trained parameter: an fp32 ``main_grad`` and the fused-add flag."""
-    for param in layer.parameters():
-        param.main_grad = torch.zeros_like(param, dtype=torch.float32)
-        param.grad_added_to_main_grad = False
 
 
 @pytest.mark.parametrize(("ours_class", "megatron_class"), PAIRS)
