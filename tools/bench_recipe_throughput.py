@@ -34,10 +34,9 @@ def _gpu_idle(prof: Any) -> str:
 
     from torch.profiler import DeviceType
 
-    kernels = sorted(
-        (e.time_range.start, e.time_range.end, e.name) for e in prof.events() if e.device_type == DeviceType.CUDA
-    )
-    host = [e.time_range for e in prof.events() if e.device_type == DeviceType.CPU]
+    events = prof.events()
+    kernels = sorted((e.time_range.start, e.time_range.end, e.name) for e in events if e.device_type == DeviceType.CUDA)
+    host = [e.time_range for e in events if e.device_type == DeviceType.CPU]
     if not kernels or not host:
         return "GPU idle: no kernels recorded"
     window_start, window_end = min(r.start for r in host), max(r.end for r in host)
@@ -192,8 +191,9 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
                 sort_by="self_cuda_time_total", row_limit=40, max_name_column_width=70
             )
             Path(args.profile).mkdir(parents=True, exist_ok=True)
-            (Path(args.profile) / f"recipe_{args.mode}_gpu_ops.txt").write_text(table + "\n" + _gpu_idle(self.prof))
-            print(_gpu_idle(self.prof), flush=True)
+            idle = _gpu_idle(self.prof)
+            (Path(args.profile) / f"recipe_{args.mode}_gpu_ops.txt").write_text(table + "\n" + idle)
+            print(idle, flush=True)
 
         def on_train_end(self, trainer: Any, pl_module: Any) -> None:
             torch.cuda.synchronize()
