@@ -1,4 +1,4 @@
-"""A resumed run sees the batches an uninterrupted one would, in any epoch, with a partial last batch."""
+"""A resumed run sees the batches an uninterrupted one would, in any epoch (a short last global batch is dropped)."""
 
 import lightning.pytorch as pl
 import pytest
@@ -37,7 +37,7 @@ def _fit(max_steps: int, ckpt_path=None, save_to=None) -> list[list[int]]:
     return recorder.seen
 
 
-@pytest.mark.parametrize("stop", [2, 3, 4, 5, 6])  # 10 samples, batches of 4, 4, 2: 3 steps per epoch
+@pytest.mark.parametrize("stop", [2, 3, 4, 5, 6])  # 10 samples, batches of 4: 2 steps per epoch (samples 8, 9 dropped)
 def test_resume_in_a_later_epoch_continues_at_the_next_sample(tmp_path, stop):
     whole = _fit(9)
     first = _fit(stop, save_to=tmp_path / "mid.ckpt")

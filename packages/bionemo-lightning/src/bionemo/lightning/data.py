@@ -1,14 +1,15 @@
 """A datamodule that serves map-style datasets under MegatronStrategy and Lightning's own strategies alike."""
 
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
 from megatron.core import num_microbatches_calculator
-from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
+from torch.utils.data import DataLoader, Dataset, default_collate
 from typing_extensions import override
 
+from bionemo.lightning.global_batches import BatchLayout, GlobalBatchSampler
 from bionemo.lightning.step_runner import is_megatron_strategy
 from bionemo.lightning.workarounds.limit_batches_to_steps import scale_limits_to_steps
 
@@ -23,7 +24,11 @@ class MegatronDataModule(pl.LightningDataModule):
     dataloaders are NeMo ``WrappedDataLoader``s whose mode decides ``drop_last`` (train/validation) and keeps
     every predict sample. Int ``limit_*_batches`` and ``num_sanity_val_steps`` are counted in steps, as with
     plain Lightning (NeMo counts micro-batches). Under Lightning's own strategies the same loaders are ordinary
-    DataLoaders of ``micro_batch_size``, and NeMo is not imported.
+    DataLoaders of ``micro_batch_size``, and NeMo is not imported; training takes the same global batches
+    (:mod:`bionemo.lightning.global_batches`): each rank's share of every step's samples through a
+    :class:`GlobalBatchSampler`, with the Trainer's ``accumulate_grad_batches`` set to the micro-batches per step.
+    On every strategy a short last global batch of an epoch is dropped, and a resumed run continues at the next
+    step's samples.
 
     Predict batches keep input order within each rank; to merge ranks back into input order, give every
     sample its position (e.g. ``sample_index``) and use :class:`bionemo.callbacks.PredictionWriter`.
@@ -34,14 +39,16 @@ class MegatronDataModule(pl.LightningDataModule):
         test: Test dataset, or ``None``.
         predict: Prediction dataset, or ``None``.
         micro_batch_size: Samples per micro-batch (per data-parallel rank).
-        global_batch_size: Samples per optimizer step over all data-parallel ranks under MegatronStrategy;
-            a multiple of ``micro_batch_size`` times the data-parallel size. ``None`` means
-            ``micro_batch_size`` (one data-parallel rank, one micro-batch per step).
+        global_batch_size: Samples per optimizer step over all data-parallel ranks, on every strategy; a
+            multiple of ``micro_batch_size`` times the data-parallel size. ``None`` means ``micro_batch_size``
+            times the data-parallel size (one micro-batch per rank per step).
         seq_length: Sequence length megatron's pipeline schedule uses for its buffers.
         num_workers: DataLoader worker processes.
         pin_memory: Collate into page-locked host memory, so that copies to the GPU are asynchronous.
         collate_fn: Batch collate function (default: torch's ``default_collate``).
-        shuffle_train: Shuffle the training data (megatron's random sampler under MegatronStrategy).
+        shuffle_train: Shuffle the training data (megatron's random sampler under MegatronStrategy; a permutation
+            per epoch drawn from ``seed`` and the epoch under Lightning's strategies).
+        seed: Seed of the training order when ``shuffle_train`` (Lightning's strategies).
         log_sampler_metrics: Let NeMo's data sampler log ``consumed_samples`` and ``global_batch_size`` after
             every training step under MegatronStrategy, as NeMo does by default. Off here: each is a tensor
             copied to the GPU and a Lightning metric update on every step's critical path (see
@@ -64,6 +71,7 @@ class MegatronDataModule(pl.LightningDataModule):
         collate_fn: Callable[[list[Any]], Any] | None = None,
         shuffle_train: bool = False,
         log_sampler_metrics: bool = False,
+        seed: int = 0,
     ) -> None:
         super().__init__()
         if micro_batch_size < 1:
@@ -80,8 +88,43 @@ class MegatronDataModule(pl.LightningDataModule):
         self.shuffle_train = shuffle_train
         self.log_sampler_metrics = log_sampler_metrics
         self.seq_length = seq_length
-        self.global_batch_size = global_batch_size or micro_batch_size
+        self.seed = seed
+        self.requested_global_batch_size = global_batch_size
+        """The ``global_batch_size`` given (``None``: one micro-batch per data-parallel rank per step)."""
         self._data_sampler: Any = None
+
+    def batch_layout(self, data_parallel_size: int) -> BatchLayout:
+        """The training steps' :class:`BatchLayout` over ``data_parallel_size`` ranks.
+
+        Raises:
+            ValueError: A global batch size that is not a multiple of micro-batch size x data-parallel size.
+        """
+        global_batch = self.requested_global_batch_size or self.micro_batch_size * data_parallel_size
+        return BatchLayout(
+            micro_batch_size=self.micro_batch_size,
+            global_batch_size=global_batch,
+            data_parallel_size=data_parallel_size,
+        )
+
+    @property
+    def global_batch_size(self) -> int:
+        """Samples per training step over all data-parallel ranks (of the attached trainer's layout)."""
+        return self.batch_layout(self._data_parallel_size()).global_batch_size
+
+    def _data_parallel_size(self) -> int:
+        """Model replicas of the attached trainer (1 without one)."""
+        trainer = self.trainer
+        if trainer is None:
+            return 1
+        strategy: Any = trainer.strategy
+        model_parallel = 1
+        if is_megatron_strategy(strategy):
+            model_parallel = (
+                strategy.tensor_model_parallel_size
+                * strategy.pipeline_model_parallel_size
+                * strategy.context_parallel_size
+            )
+        return max(1, trainer.world_size // model_parallel)
 
     @property
     def data_sampler(self) -> Any:
@@ -107,23 +150,28 @@ class MegatronDataModule(pl.LightningDataModule):
 
     @override
     def setup(self, stage: str) -> None:
-        """Predict one micro-batch per step; other stages use ``global_batch_size``.
+        """Check the batch sizes against the trainer's layout; set the micro-batches per step.
 
         Under MegatronStrategy a step consumes ``global / (micro x data-parallel)`` micro-batches; in
         prediction the last step would come up short and its samples would be lost, so prediction runs one
-        micro-batch per data-parallel rank per step.
+        micro-batch per data-parallel rank per step. Under Lightning's own strategies training accumulates that
+        many micro-batches per step (the Trainer's ``accumulate_grad_batches``).
+
+        Raises:
+            ValueError: Batch sizes that make no whole global batch on this layout, or a Trainer's own
+                ``accumulate_grad_batches`` that disagrees with them.
         """
         trainer = self.trainer
-        strategy = getattr(trainer, "strategy", None)
-        if trainer is None or not hasattr(strategy, "tensor_model_parallel_size"):
+        if trainer is None:
             return
-        model_parallel = (
-            strategy.tensor_model_parallel_size  # type: ignore[union-attr]
-            * strategy.pipeline_model_parallel_size  # type: ignore[union-attr]
-            * strategy.context_parallel_size  # type: ignore[union-attr]
+        layout = self.batch_layout(self._data_parallel_size())
+        if not is_megatron_strategy(trainer.strategy):
+            if stage == "fit":
+                self._set_accumulation(trainer, layout.accumulation)
+            return
+        global_batch_size = (
+            self.micro_batch_size * layout.data_parallel_size if stage == "predict" else layout.global_batch_size
         )
-        data_parallel = max(1, trainer.world_size // model_parallel)
-        global_batch_size = self.micro_batch_size * data_parallel if stage == "predict" else self.global_batch_size
         self.data_sampler.global_batch_size = global_batch_size
         # megatron keeps one process-wide micro-batch calculator, and NeMo refuses to re-initialize it with a
         # different global batch size (e.g. predicting in the process that trained): reset it first.
@@ -133,11 +181,22 @@ class MegatronDataModule(pl.LightningDataModule):
         ):
             num_microbatches_calculator.unset_num_microbatches_calculator()
 
+    def _set_accumulation(self, trainer: pl.Trainer, accumulation: int) -> None:
+        """Make Lightning's loop step the optimizer once per global batch."""
+        own = trainer.accumulate_grad_batches
+        if own not in (1, accumulation):
+            raise ValueError(
+                f"Trainer(accumulate_grad_batches={own}) disagrees with MegatronDataModule's global batch: "
+                f"{self.batch_layout(self._data_parallel_size())} takes {accumulation} micro-batches per step; "
+                "leave accumulate_grad_batches at 1 and set global_batch_size instead"
+            )
+        trainer.accumulate_grad_batches = accumulation
+
     def _loader(self, mode: str) -> DataLoader:
         dataset = self.datasets[mode]
         if dataset is None:
             raise ValueError(f"MegatronDataModule has no {mode} dataset; pass {mode.replace('validation', 'val')}=")
-        sampler = self._resumed_epoch_sampler(dataset) if mode == "train" else None
+        sampler = self._global_batch_sampler(dataset) if mode == "train" else None
         loader: Callable[..., DataLoader] = DataLoader
         if self.trainer is not None and is_megatron_strategy(self.trainer.strategy):
             from bionemo.lightning._nemo import WrappedDataLoader
@@ -149,29 +208,34 @@ class MegatronDataModule(pl.LightningDataModule):
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
             collate_fn=functools.partial(_collate_or_none, self.collate_fn or default_collate),
-            shuffle=self.shuffle_train and mode == "train",
+            shuffle=self.shuffle_train and mode == "train" and sampler is None,
             sampler=sampler,
             persistent_workers=False,
         )
 
-    def _resumed_epoch_sampler(self, dataset: Dataset) -> "ResumedEpochSampler | None":
-        """After a resume under Lightning's own strategies, finish the interrupted epoch where it stopped.
+    def _global_batch_sampler(self, dataset: Dataset) -> GlobalBatchSampler | None:
+        """Under Lightning's own strategies, this rank's share of every global batch, from the resume position.
 
         Lightning restarts an interrupted epoch's dataloader from its first batch while counting the batches
-        done before the interruption (``batch_progress.current.processed``). With unshuffled data the first
-        epoch after a resume then serves only the samples not yet consumed and later epochs all of them, so a
-        resumed run sees exactly the batches an uninterrupted one would, a short last batch included.
-        (MegatronStrategy's sampler counts consumed samples itself.)
+        done before the interruption (``batch_progress.current.processed``); the sampler then starts at the next
+        step of that epoch, so a resumed run sees exactly the batches an uninterrupted one would, on any number
+        of processes. (MegatronStrategy's sampler counts consumed samples itself.)
         """
         trainer = self.trainer
-        if trainer is None or self.shuffle_train or hasattr(trainer.strategy, "tensor_model_parallel_size"):
+        if trainer is None or is_megatron_strategy(trainer.strategy):
             return None
+        layout = self.batch_layout(self._data_parallel_size())
         current = trainer.fit_loop.epoch_loop.batch_progress.current
         # a checkpoint saved in on_train_batch_end counts its batch as processed, not yet completed
         done = getattr(current, "processed", current.completed)
-        start = done * self.micro_batch_size * trainer.world_size
-        size = len(dataset)  # type: ignore[arg-type]
-        return ResumedEpochSampler(size, min(start, size))  # a whole epoch done: its pass is empty
+        return GlobalBatchSampler(
+            len(dataset),  # type: ignore[arg-type]
+            layout,
+            rank=trainer.global_rank,
+            start_step=done // layout.accumulation,
+            shuffle=self.shuffle_train,
+            seed=self.seed,
+        )
 
     @override
     def train_dataloader(self) -> Any:
@@ -197,21 +261,6 @@ class MegatronDataModule(pl.LightningDataModule):
                 ("limit_val_batches", "limit_test_batches", "num_sanity_val_steps"),
                 num_microbatches_calculator.get_num_microbatches(),
             )
-
-
-class ResumedEpochSampler(Sampler[int]):
-    """Positions ``start .. size - 1`` on the first pass, ``0 .. size - 1`` on every later one."""
-
-    def __init__(self, size: int, start: int = 0) -> None:
-        self.size = size
-        self.start = start
-
-    def __len__(self) -> int:
-        return self.size
-
-    def __iter__(self) -> Iterator[int]:
-        start, self.start = self.start, 0
-        return iter(range(start, self.size))
 
 
 def _collate_or_none(collate: Callable[[list[Any]], Any], samples: list[Any]) -> Any:

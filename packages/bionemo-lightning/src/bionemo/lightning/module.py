@@ -233,6 +233,14 @@ class BionemoLightningModule(
         return self._step_runner().configure_optimizers(self, megatron_parallel)
 
     @override
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Finish the step (Lightning's strategies): token-weighted gradients over the global batch, its loss logged.
+
+        Under MegatronStrategy nothing happens here: megatron's schedule has done both.
+        """
+        self._step_runner().before_optimizer_step(self, optimizer)
+
+    @override
     def configure_gradient_clipping(
         self,
         optimizer: torch.optim.Optimizer,

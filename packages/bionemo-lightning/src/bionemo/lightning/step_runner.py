@@ -73,6 +73,10 @@ class StepRunner(Protocol):
         """The optimizer(s) (and scheduler) for ``module``."""
         ...
 
+    def before_optimizer_step(self, module: "BionemoLightningModule", optimizer: torch.optim.Optimizer) -> None:
+        """Finish the step's gradients and step-level logs before ``optimizer`` steps (before clipping)."""
+        ...
+
     def clip_gradients(
         self,
         module: "BionemoLightningModule",
@@ -106,6 +110,35 @@ def with_sample_index(output: Any, batch: Any) -> Any:
     return output
 
 
+@dataclasses.dataclass
+class _StepOutputs:
+    """What the micro-batches of the current optimizer step returned, under Lightning's own strategies."""
+
+    reduction: Any = None
+    outputs: list[Any] = dataclasses.field(default_factory=list)
+    num_tokens: list[torch.Tensor] = dataclasses.field(default_factory=list)
+    """This rank's token counts, one per micro-batch, for token-weighted reductions."""
+
+    @classmethod
+    def of(cls, module: "BionemoLightningModule") -> "_StepOutputs":
+        """``module``'s record of its current step (made on first use)."""
+        step = module.__dict__.get("_lightning_step_outputs")
+        if step is None:
+            step = module.__dict__["_lightning_step_outputs"] = cls()
+        return step
+
+    def add(self, reduction: Any, reduced: Any, num_tokens: torch.Tensor | None) -> None:
+        """Record one micro-batch."""
+        self.reduction = reduction
+        self.outputs.append(reduced)
+        if num_tokens is not None:
+            self.num_tokens.append(num_tokens)
+
+    def clear(self) -> None:
+        """Forget the step (after its optimizer step)."""
+        self.reduction, self.outputs, self.num_tokens = None, [], []
+
+
 @dataclasses.dataclass(frozen=True)
 class LightningStep:
     """What megatron-event callbacks read of a step when Lightning's own strategy drives the module."""
@@ -123,10 +156,59 @@ class LightningStepRunner:
         ensure_model_parallel(cuda=module._compute_device().type == "cuda")
 
     def training_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
-        """The loss to back-propagate; logs the reduced loss as ``reduced_train_loss``."""
-        loss, mean = self._run_step(module, batch, module.training_loss_reduction())
-        module.log("reduced_train_loss", mean, prog_bar=True, batch_size=1)
+        """The loss to back-propagate for one micro-batch of the step's global batch.
+
+        For a token-weighted reduction (``(loss_sum, num_tokens, reduced)``) that is the micro-batch's loss sum,
+        scaled so that Lightning's division by ``accumulate_grad_batches`` and DDP's mean over ranks cancel;
+        :meth:`before_optimizer_step` then divides the gradients by the step's global token count: the gradient
+        of the global token-weighted mean over every micro-batch and rank, as megatron's
+        ``calculate_per_token_loss``. Other reductions return their loss, averaged over micro-batches and ranks.
+        """
+        batch = module.data_step(iter([batch]))
+        output = module.forward_step(batch)
+        reduction = module.training_loss_reduction()
+        result = reduction.forward(batch, output)
+        step = _StepOutputs.of(module)
+        if len(result) == 3:
+            loss_sum, num_tokens, reduced = result
+            step.add(reduction, reduced, num_tokens)
+            trainer = module._trainer
+            accumulation = trainer.accumulate_grad_batches if trainer is not None else 1
+            return loss_sum * (accumulation * ParallelGroups.current().data_context_size())
+        loss, reduced = result
+        step.add(reduction, reduced, None)
         return loss
+
+    def before_optimizer_step(self, module: "BionemoLightningModule", optimizer: torch.optim.Optimizer) -> None:
+        """End the step: scale token-weighted gradients, log ``reduced_train_loss``, fire the step's reduce event.
+
+        ``on_megatron_reduce_microbatches_end`` gets every micro-batch output of the step, as under
+        MegatronStrategy.
+        """
+        step = _StepOutputs.of(module)
+        if not step.outputs:
+            return
+        if step.num_tokens:
+            groups = ParallelGroups.current()
+            total = torch.stack([n.detach().to(torch.float32) for n in step.num_tokens]).sum()
+            scale = 1.0 / all_reduce_sum(total, groups.data_context).clamp(min=1.0)
+            for param in module.parameters():
+                if param.grad is not None:
+                    param.grad.mul_(scale.to(param.grad.device, param.grad.dtype))
+        reduction, outputs = step.reduction, step.outputs
+        step.clear()
+        mean = reduction.reduce(outputs)
+        module.log("reduced_train_loss", mean, prog_bar=True, batch_size=1)
+        trainer = module._trainer
+        if trainer is not None:
+            fire_megatron_event(
+                trainer_callbacks(trainer),
+                "on_megatron_reduce_microbatches_end",
+                step=LightningStep(trainer, module, num_microbatches=len(outputs)),
+                loss_reduction=reduction,
+                microbatch_outputs=outputs,
+                reduced=mean,
+            )
 
     def validation_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
         """The reduced validation loss, logged as ``val_loss``."""

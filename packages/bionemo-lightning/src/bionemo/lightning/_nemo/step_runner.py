@@ -70,6 +70,9 @@ class MegatronStepRunner:
             init_adam_state(optimizer)
         return optimizers
 
+    def before_optimizer_step(self, module: "BionemoLightningModule", optimizer: torch.optim.Optimizer) -> None:
+        """Nothing: megatron's schedule and ``finalize_model_grads`` have made the step's gradients."""
+
     def clip_gradients(
         self,
         module: "BionemoLightningModule",
