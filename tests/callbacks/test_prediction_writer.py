@@ -1,3 +1,5 @@
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from types import SimpleNamespace
 
 import pytest
@@ -7,12 +9,26 @@ from safetensors.torch import load_file
 import bionemo.core.safetensors_io as writer_module
 from bionemo.callbacks import PredictionWriter, merge_predictions, prediction_files
 from bionemo.losses import ParallelGroups
+from support.distributed import run_distributed
+from support.prediction_writer_workers import slow_rank_worker
 
 SINGLE = ParallelGroups()
 
 
-def trainer(rank: int = 0):
-    return SimpleNamespace(global_rank=rank)
+class ThreadRanks:
+    """A strategy stand-in whose ``barrier`` waits for every rank of a run, each rank a thread."""
+
+    def __init__(self, world_size: int) -> None:
+        self._barrier = threading.Barrier(world_size)
+        self.barriers: list[str | None] = []
+
+    def barrier(self, name: str | None = None) -> None:
+        self.barriers.append(name)
+        self._barrier.wait(timeout=30)
+
+
+def trainer(rank: int = 0, strategy: ThreadRanks | None = None):
+    return SimpleNamespace(global_rank=rank, strategy=strategy or ThreadRanks(1))
 
 
 def prediction(indices, seq=3, vocab=4):
@@ -26,14 +42,21 @@ def run_writer(writer, rank, batches):
     run_ranks([(writer, rank, batches)])
 
 
+def predict_on_rank(writer, trainer_, batches) -> None:
+    """What ``trainer.predict`` calls on one rank: start, every batch's end, the epoch's end."""
+    writer.on_predict_start(trainer_, None)
+    for i, batch in enumerate(batches):
+        writer.on_predict_batch_end(trainer_, None, batch, None, i)
+    writer.on_predict_epoch_end(trainer_, None)
+
+
 def run_ranks(runs):
-    """Ranks of one run: every rank starts (and checks the directory) before any writes, as under a barrier."""
-    for writer, rank, _ in runs:
-        writer.on_predict_start(trainer(rank), None)
-    for writer, rank, batches in runs:
-        for i, batch in enumerate(batches):
-            writer.on_predict_batch_end(trainer(rank), None, batch, None, i)
-        writer.on_predict_epoch_end(trainer(rank), None)
+    """Ranks of one run, each in its own thread, meeting at the writer's own barriers only."""
+    strategy = ThreadRanks(len(runs))
+    with ThreadPoolExecutor(len(runs)) as pool:
+        futures = [pool.submit(predict_on_rank, writer, trainer(rank, strategy), batch) for writer, rank, batch in runs]
+        for future in futures:
+            future.result()
 
 
 def test_batch_interval_writes_one_file_per_batch(tmp_path):
@@ -162,3 +185,46 @@ def test_cuda_outputs_are_copied_without_blocking_and_written_intact(tmp_path):
     merged = merge_predictions(tmp_path)
     assert merged["sample_index"].tolist() == list(range(256))
     torch.testing.assert_close(merged["embeddings"][:, 0], torch.arange(256).float())
+
+
+@pytest.mark.parametrize(("overwrite", "slow_rank"), [(False, 1), (True, 0)])
+def test_a_slow_rank_never_takes_a_fast_ranks_new_file_for_an_earlier_one(tmp_path, overwrite, slow_rank):
+    """The fast rank would write before the slow one looks at the folder, but for the writer's barrier.
+
+    Without it the slow rank either refuses to start (the fast rank's file looks like an earlier prediction) or,
+    as rank 0 with ``overwrite``, removes the fast rank's new file.
+    """
+    strategy = ThreadRanks(2)
+    fast_rank = 1 - slow_rank
+    wrote = threading.Event()
+
+    def fast() -> None:
+        writer = PredictionWriter(tmp_path, "batch", overwrite=overwrite, groups=SINGLE)
+        predict_on_rank(writer, trainer(fast_rank, strategy), [prediction([fast_rank])])
+        wrote.set()
+
+    def slow() -> None:
+        wrote.wait(timeout=1.0)  # with the barrier the fast rank waits for this rank: the wait times out
+        writer = PredictionWriter(tmp_path, "batch", overwrite=overwrite, groups=SINGLE)
+        predict_on_rank(writer, trainer(slow_rank, strategy), [prediction([slow_rank])])
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(fast), pool.submit(slow)]
+        for future in futures:
+            future.result()
+    assert len(strategy.barriers) == 2  # one per rank
+    assert [p.name for p in prediction_files(tmp_path)] == [
+        "predictions_rank0_batch0.safetensors",
+        "predictions_rank1_batch0.safetensors",
+    ]
+    assert merge_predictions(tmp_path)["sample_index"].tolist() == [0, 1]
+
+
+@pytest.mark.multiprocess
+def test_two_gloo_ranks_start_in_a_folder_one_of_them_is_slow_to_reach(tmp_path):
+    """Two real processes: rank 1 reaches ``on_predict_start`` only once rank 0 wrote (or after 3 s)."""
+    results = run_distributed(slow_rank_worker, 2, str(tmp_path))
+    assert results == [None, None]
+    merged = merge_predictions(tmp_path)
+    assert merged["sample_index"].tolist() == [0, 1, 2, 3]
+    torch.testing.assert_close(merged["embeddings"][:, 0], torch.arange(4).float())

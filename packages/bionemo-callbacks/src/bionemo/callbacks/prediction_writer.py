@@ -89,26 +89,37 @@ class PredictionWriter(pl.Callback):
 
     @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """Check (and with ``overwrite`` clear) ``output_dir`` on every rank, then wait for all ranks.
+
+        No rank writes before every rank has looked at the folder: the barrier (``trainer.strategy.barrier``)
+        comes after this rank's listing and removals and before any rank's first file, so a slow rank never
+        takes a fast rank's new file of this run for an earlier prediction (refusing to start, or, with
+        ``overwrite``, removing it). With a shared folder every rank sees the same earlier files and decides
+        alike.
+
+        Raises:
+            PermissionError: ``output_dir`` is not writable.
+            FileExistsError: ``output_dir`` holds earlier prediction files and neither ``overwrite`` nor
+                ``keep_existing`` is set (raised after the barrier).
+        """
         self._pending = []
         self._in_flight = None
         self.output_dir.mkdir(parents=True, exist_ok=True)
         if not os.access(self.output_dir, os.W_OK):
             raise PermissionError(f"Prediction output directory {self.output_dir} is not writable")
-        existing = prediction_files(self.output_dir)
-        if self.keep_existing:
-            return
+        existing = [] if self.keep_existing else prediction_files(self.output_dir)
+        if self.overwrite:
+            # every earlier shard goes, whichever rank wrote it: a run on fewer ranks must not merge stale rows.
+            # Global rank 0 removes them all, each rank its own (node-local directories).
+            own = existing if trainer.global_rank == 0 else prediction_files(self.output_dir, trainer.global_rank)
+            for path in own:
+                path.unlink(missing_ok=True)
+        trainer.strategy.barrier("prediction_writer_start")
         if existing and not self.overwrite:
             raise FileExistsError(
                 f"{self.output_dir} already holds predictions ({existing[0].name}, ...); choose another directory "
                 "or pass overwrite=True"
             )
-        # every earlier shard goes, whichever rank wrote it: a run on fewer ranks must not merge stale rows.
-        # Global rank 0 removes them all, each rank its own (node-local directories), then all wait.
-        for path in existing if trainer.global_rank == 0 else prediction_files(self.output_dir, trainer.global_rank):
-            path.unlink(missing_ok=True)
-        strategy = getattr(trainer, "strategy", None)
-        if strategy is not None:
-            strategy.barrier("prediction_writer_overwrite")
 
     @override
     def on_predict_batch_end(
