@@ -13,6 +13,7 @@ __all__ = [
     "adam_step_options",
     "default_megatron_optimizer",
     "init_adam_state",
+    "megatron_param_groups",
     "torch_adams",
     "torch_optimizer_from_config",
     "torch_optimizers",
@@ -28,33 +29,52 @@ def default_megatron_optimizer() -> "MegatronOptimizerModule":
     )
 
 
-def torch_optimizer_from_config(config: OptimizerConfig, params: Iterable[torch.nn.Parameter]) -> torch.optim.Optimizer:
+def torch_optimizer_from_config(
+    config: OptimizerConfig, params: Iterable[torch.nn.Parameter] | Iterable[tuple[str, torch.nn.Parameter]]
+) -> torch.optim.Optimizer:
     """The torch optimizer matching a megatron ``OptimizerConfig``, for Lightning's own strategies.
 
     ``"adam"`` maps to ``torch.optim.AdamW`` (megatron's Adam decouples weight decay) with ``lr``,
     ``weight_decay``, ``adam_beta1``/``adam_beta2`` and ``adam_eps``; ``"sgd"`` to ``torch.optim.SGD`` with
     ``lr``, ``weight_decay`` and ``sgd_momentum``. ``clip_grad`` is applied by ``BionemoLightningModule``.
 
+    ``params`` as ``(name, parameter)`` pairs (``module.named_parameters()``) get megatron's parameter groups
+    (:func:`megatron_param_groups`: no weight decay for biases and 1-D parameters); plain parameters form one
+    group with ``weight_decay``. Parameters that do not require gradients are left out.
+
     Raises:
         ValueError: For any other ``config.optimizer``.
     """
-    params = [p for p in params if p.requires_grad]
+    groups = megatron_param_groups(params, config.weight_decay)
+    lr = config.lr if config.lr is not None else 1e-3
     if config.optimizer == "adam":
         return torch.optim.AdamW(
-            params,
-            lr=config.lr if config.lr is not None else 1e-3,
-            betas=(config.adam_beta1, config.adam_beta2),
-            eps=config.adam_eps,
-            weight_decay=config.weight_decay,
+            groups, lr=lr, betas=(config.adam_beta1, config.adam_beta2), eps=config.adam_eps, weight_decay=0.0
         )
     if config.optimizer == "sgd":
-        return torch.optim.SGD(
-            params,
-            lr=config.lr if config.lr is not None else 1e-3,
-            momentum=config.sgd_momentum,
-            weight_decay=config.weight_decay,
-        )
+        return torch.optim.SGD(groups, lr=lr, momentum=config.sgd_momentum, weight_decay=0.0)
     raise ValueError(f"OptimizerConfig.optimizer={config.optimizer!r} is not supported; use 'adam' or 'sgd'")
+
+
+def megatron_param_groups(
+    params: Iterable[torch.nn.Parameter] | Iterable[tuple[str, torch.nn.Parameter]], weight_decay: float
+) -> list[dict[str, Any]]:
+    """Parameter groups with megatron-core's weight-decay rule, as torch optimizers take them.
+
+    megatron's ``_get_param_groups`` (without a ``no_weight_decay_cond``) exempts parameters whose name ends in
+    ``.bias`` and every 1-D parameter (LayerNorm weights); the others decay by ``weight_decay``. Plain
+    parameters (no names) all decay. Groups keep the parameters' order; an empty group is left out.
+    """
+    decay: list[torch.nn.Parameter] = []
+    no_decay: list[torch.nn.Parameter] = []
+    for item in params:
+        name, param = item if isinstance(item, tuple) else (None, item)
+        if not param.requires_grad:
+            continue
+        exempt = name is not None and (name.endswith(".bias") or param.dim() == 1)
+        (no_decay if exempt else decay).append(param)
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return [group for group in groups if group["params"]]
 
 
 def init_adam_state(optimizer: Any) -> None:

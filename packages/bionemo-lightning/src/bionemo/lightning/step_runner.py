@@ -233,13 +233,13 @@ class LightningStepRunner:
         return reduction.reduce([reduced])
 
     def configure_optimizers(self, module: "BionemoLightningModule", megatron_parallel: Any = None) -> Any:
-        """The torch optimizer matching the connected ``OptimizerConfig``, with its ``lr_scheduler`` if any."""
+        """The torch optimizer of the connected ``OptimizerConfig`` over megatron's parameter groups; its scheduler."""
         if module.optim is None:
             raise ValueError(
                 "BionemoLightningModule(optimizer=None) can only predict; pass a MegatronOptimizerModule "
                 "(e.g. bionemo.lightning.default_megatron_optimizer()) to train"
             )
-        optimizer = torch_optimizer_from_config(module.optim.config, module.parameters())
+        optimizer = torch_optimizer_from_config(module.optim.config, module.named_parameters())
         scheduler = getattr(module.optim, "lr_scheduler", None)
         return scheduler(module, optimizer) if scheduler is not None else optimizer
 
