@@ -3,12 +3,14 @@
 import sys
 import types
 import warnings
+from typing import Any, ClassVar
 
 import lightning.pytorch as pl
 import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from bionemo.callbacks import merge_predictions
 from bionemo.lightning import MegatronCompatCallback, MegatronDataModule, megatron_compat
 from bionemo.lightning.workarounds import (
     WORKAROUNDS,
@@ -19,13 +21,13 @@ from bionemo.lightning.workarounds import (
     workaround,
 )
 from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
-from support.iter_predictor import IterPredictor
 from support.tiny_gpt import BigramDataset, make_module
 from support.trainers import cpu_trainer
 
 
 def _patched_places() -> dict[str, object]:
     """Every megatron-core / NeMo / Lightning attribute a work-around may replace, and the stand-in modules."""
+    from lightning.pytorch.loops import prediction_loop
     from lightning.pytorch.loops.prediction_loop import _PredictionLoop
     from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection, _ResultMetric
     from megatron.core import utils
@@ -43,6 +45,7 @@ def _patched_places() -> dict[str, object]:
         "optimizer.multi_tensor_scale_impl": megatron_optimizer.multi_tensor_scale_impl,
         "utils.local_multi_tensor_l2_norm": utils.local_multi_tensor_l2_norm,
         "utils.local_multi_tensor_scale": utils.local_multi_tensor_scale,
+        "prediction_loop.move_data_to_device": vars(prediction_loop)["move_data_to_device"],
         "nemo.collections.llm modules": sorted(n for n in sys.modules if n.startswith("nemo.collections.llm")),
     }
     for cls in (
@@ -132,7 +135,7 @@ def test_under_megatron_the_work_arounds_apply_per_stage_and_are_removed_at_tear
         "cached_signatures": True,
         "return_predictions": False,
     }
-    # prediction needs no optimizer patches; it keeps (and drops) each batch to dodge Lightning's any_on_epoch bug
+    # prediction needs no optimizer patches; the loop takes its returning path (keeping nothing): any_on_epoch bug
     assert probe.seen["predict"] == {
         "multi_tensor_foreach": False,
         "fast_metric_to": True,
@@ -167,20 +170,82 @@ def test_an_exception_during_fit_removes_them_too(monkeypatch):
     assert compat.applied == frozenset()
 
 
-def test_predict_from_the_iterator_without_returned_predictions_works_with_the_callback(monkeypatch):
-    """The canary's UnboundLocalError ('any_on_epoch') is gone, and predict still returns None."""
+class _HostCopies(torch.Tensor):
+    """A tensor that records every ``.to(...)`` called on it (results are plain tensors)."""
+
+    calls: ClassVar[list[tuple[tuple[Any, ...], dict[str, Any]]]] = []
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is torch.Tensor.to:
+            cls.calls.append((tuple(args[1:]), dict(kwargs)))
+        with torch._C.DisableTorchFunctionSubclass():
+            return func(*args, **kwargs)
+
+
+class _IterWriterPredictor(pl.LightningModule):
+    """``predict_step(dataloader_iter)`` over ``(x [n, 2], sample_index [n])`` batches: ``y = layer(x)``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(2, 3)
+
+    def predict_step(self, dataloader_iter):
+        (x, index), _, _ = next(dataloader_iter)
+        return {"sample_index": index, "y": self.layer(x).as_subclass(_HostCopies)}
+
+
+def test_predict_from_the_iterator_hands_the_writer_every_batch_and_keeps_no_host_copy(monkeypatch, tmp_path):
+    """No UnboundLocalError ('any_on_epoch'), predict returns None, and the loop copies no output to the host.
+
+    Only the writer moves outputs to the host (a non-blocking copy of a detached tensor, not recorded here):
+    Lightning's loop, told to return predictions, would copy each batch with a blocking ``.to("cpu")``.
+    """
+    from lightning.pytorch.loops import prediction_loop
+
+    from bionemo.callbacks import PredictionWriter
+    from bionemo.losses import ParallelGroups
+
     monkeypatch.setattr(megatron_compat, "_is_megatron", lambda trainer: True)
-    kept: list[int] = []
+    monkeypatch.setattr(_HostCopies, "calls", [])
+    original_move = vars(prediction_loop)["move_data_to_device"]
+    kept: list[list[Any]] = []
 
-    class Count(pl.Callback):
-        def on_predict_batch_end(self, trainer, pl_module, outputs, batch, batch_idx, dataloader_idx=0):
-            kept.append(sum(len(k) for k in trainer.predict_loop._predictions))
+    class Kept(pl.Callback):
+        def on_predict_batch_start(self, trainer, pl_module, batch, batch_idx, dataloader_idx=0):
+            kept.append([p for loader in trainer.predict_loop._predictions for p in loader if p is not None])
 
-    trainer = cpu_trainer([MegatronCompatCallback(), Count()])
-    loader = DataLoader(torch.randn(6, 2), batch_size=2)
-    assert trainer.predict(IterPredictor(), loader, return_predictions=False) is None
-    assert kept == [0, 0, 0]  # the step's prediction is appended after the hook: never more than one kept
+    torch.manual_seed(0)
+    x = torch.randn(6, 2)
+    loader = DataLoader(torch.utils.data.TensorDataset(x, torch.arange(6)), batch_size=2)
+    module = _IterWriterPredictor()
+    writer = PredictionWriter(tmp_path, "batch", groups=ParallelGroups())
+    trainer = cpu_trainer([MegatronCompatCallback(), writer, Kept()])
+    assert trainer.predict(module, loader, return_predictions=False) is None
+    assert _HostCopies.calls == []  # no blocking host copy of any batch by the loop
+    assert kept == [[], [], []]
     assert trainer.predict_loop.return_predictions is False
+    assert vars(prediction_loop)["move_data_to_device"] is original_move
+    merged = merge_predictions(tmp_path)
+    assert merged["sample_index"].tolist() == list(range(6))
+    with torch.no_grad():
+        expected = x @ module.layer.weight.T + module.layer.bias
+    torch.testing.assert_close(merged["y"], expected)
+
+
+def test_predict_returning_predictions_under_megatron_still_returns_every_batch(monkeypatch):
+    """With ``return_predictions=True`` the loop keeps (and copies) the outputs, as the caller asked."""
+    monkeypatch.setattr(megatron_compat, "_is_megatron", lambda trainer: True)
+    monkeypatch.setattr(_HostCopies, "calls", [])
+    x = torch.randn(4, 2)
+    loader = DataLoader(torch.utils.data.TensorDataset(x, torch.arange(4)), batch_size=2)
+    module = _IterWriterPredictor()
+    returned = cpu_trainer([MegatronCompatCallback()]).predict(module, loader, return_predictions=True)
+    assert returned is not None
+    assert [batch["sample_index"].tolist() for batch in returned] == [[0, 1], [2, 3]]  # pyright: ignore
+    with torch.no_grad():
+        torch.testing.assert_close(torch.cat([b["y"] for b in returned]), module.layer(x))  # pyright: ignore
 
 
 # --- Patches and Workaround --------------------------------------------------------------------------------

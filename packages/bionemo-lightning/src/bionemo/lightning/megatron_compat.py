@@ -35,7 +35,7 @@ The ``install_*`` functions are the earlier process-wide entry points, kept for 
 
 import os
 from collections.abc import Collection
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import lightning.pytorch as pl
 from typing_extensions import override
@@ -61,11 +61,7 @@ from bionemo.lightning.workarounds.fused_adam import fuse_adam
 from bionemo.lightning.workarounds.limit_batches_to_steps import scale_fit_limits, scale_limits_to_steps
 from bionemo.lightning.workarounds.modelopt_stand_ins import checkpoint_with_stand_ins, register_stand_ins
 from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
-from bionemo.lightning.workarounds.predict_loop_keep_predictions import (
-    drop_kept_predictions,
-    keep_predictions,
-    stop_keeping_predictions,
-)
+from bionemo.lightning.workarounds.predict_loop_keep_predictions import keep_predictions, stop_keeping_predictions
 from bionemo.lightning.workarounds.predict_without_sampler_log import stop_sampler_log
 from bionemo.lightning.workarounds.step_without_distillation_shapes import without_distillation_shapes
 
@@ -112,7 +108,7 @@ class MegatronCompatCallback(pl.Callback):
         self.skip = given
         self._patches = Patches()
         self._applied: set[str] = set()
-        self._drop_predictions = False
+        self._keeping_nothing = False
 
     @property
     def applied(self) -> frozenset[str]:
@@ -149,28 +145,21 @@ class MegatronCompatCallback(pl.Callback):
 
     @override
     def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        self._drop_predictions = False
+        self._keeping_nothing = False
         if not _is_megatron(trainer):
             return
         if self._use(PREDICT_WITHOUT_SAMPLER_LOG):
             stop_sampler_log(trainer, self._patches)
         if self._use(PREDICT_LOOP_KEEP_PREDICTIONS):
-            self._drop_predictions = keep_predictions(trainer, self._patches)
+            self._keeping_nothing = keep_predictions(trainer, self._patches)
         if self._use(COLLECT_GARBAGE_BEFORE_PREDICT):
             collect_garbage()
 
     @override
-    def on_predict_batch_start(
-        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int, dataloader_idx: int = 0
-    ) -> None:
-        if self._drop_predictions:
-            drop_kept_predictions(trainer)
-
-    @override
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._drop_predictions:
+        if self._keeping_nothing:
             stop_keeping_predictions(trainer)
-            self._drop_predictions = False
+            self._keeping_nothing = False
 
     @override
     def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -185,7 +174,7 @@ class MegatronCompatCallback(pl.Callback):
         """Put back every original this callback replaced (the last one first)."""
         self._patches.restore()
         self._applied.clear()
-        self._drop_predictions = False
+        self._keeping_nothing = False
 
     def _use(self, workaround: Workaround) -> bool:
         """Apply ``workaround`` unless skipped, already applied, or unverified here; whether it is in effect."""
