@@ -10,10 +10,15 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from bionemo.lightning import SDPACoreAttention
 
 
-def reference(q, k, v, allowed):
-    """softmax(q k^T / sqrt(d)) v with ``allowed`` [b, 1, s, s] (True = may attend); q, k, v [s, b, h, d]."""
+def reference(q, k, v, allowed, bias=None):
+    """softmax(q k^T / sqrt(d) + bias) v where ``allowed`` (True = may attend); q, k, v [s, b, h, d].
+
+    ``allowed`` and ``bias`` broadcast to ``[b, h, s, s]``.
+    """
     q, k, v = (t.permute(1, 2, 0, 3) for t in (q, k, v))  # [b, h, s, d]
     scores = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+    if bias is not None:
+        scores = scores + bias
     scores = scores.masked_fill(~allowed, float("-inf"))
     out = torch.softmax(scores, dim=-1) @ v  # [b, h, s, d]
     s, b, h, d = out.shape[2], out.shape[0], out.shape[1], out.shape[3]
@@ -44,6 +49,38 @@ def test_causal_matches_reference(qkv):
     out = make(AttnMaskType.causal)(*qkv, None)
     allowed = torch.ones(6, 6, dtype=torch.bool).tril()[None, None].expand(2, 1, 6, 6)
     torch.testing.assert_close(out, reference(*qkv, allowed))
+
+
+CAUSAL = torch.ones(6, 6, dtype=torch.bool).tril()[None, None]  # [1, 1, s, s]
+LENGTHS = torch.tensor([6, 4])
+VALID = torch.arange(6)[None, :] < LENGTHS[:, None]  # [b, s]
+PADDING_MASK = ~VALID[:, None, None, :]  # megatron's: True = masked out, [b, 1, 1, s]
+
+
+@pytest.mark.parametrize("mask_type", [AttnMaskType.causal, AttnMaskType.padding_causal])
+def test_padding_and_causal_masks_combine(qkv, mask_type):
+    out = make(mask_type)(*qkv, PADDING_MASK)
+    allowed = CAUSAL & VALID[:, None, None, :]
+    torch.testing.assert_close(out, reference(*qkv, allowed))
+
+
+def bias(shape):
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(1))
+
+
+@pytest.mark.parametrize("bias_shape", [(2, 4, 6, 6), (1, 4, 6, 6)])
+def test_attention_bias_keeps_causality(qkv, bias_shape):
+    attention_bias = bias(bias_shape)
+    out = make(AttnMaskType.causal)(*qkv, None, attention_bias=attention_bias)
+    torch.testing.assert_close(out, reference(*qkv, CAUSAL, attention_bias))
+
+
+@pytest.mark.parametrize("mask_type", [AttnMaskType.causal, AttnMaskType.padding])
+def test_attention_bias_with_a_padding_mask(qkv, mask_type):
+    attention_bias = bias((1, 4, 6, 6))  # broadcast over the batch, the mask over heads and queries
+    out = make(mask_type)(*qkv, PADDING_MASK, attention_bias=attention_bias)
+    allowed = VALID[:, None, None, :] & (CAUSAL if mask_type == AttnMaskType.causal else True)
+    torch.testing.assert_close(out, reference(*qkv, allowed, attention_bias))
 
 
 def test_unsupported_inputs_are_refused(qkv):
@@ -85,3 +122,11 @@ def test_cuda_attention_dropout_draws_from_megatrons_model_parallel_rng_stream(m
     attention.eval()  # no dropout: the default stream, no fork
     attention(q, q, q, None)
     assert forks == [True]
+
+
+def test_bottom_right_causality_with_fewer_queries_than_keys(qkv):
+    """``causal_bottom_right``: the last query sees every key, each earlier one a key fewer."""
+    q, k, v = qkv
+    out = make(AttnMaskType.causal_bottom_right)(q[3:], k, v, None)
+    allowed = torch.ones(3, 6, dtype=torch.bool).tril(diagonal=3)[None, None]
+    torch.testing.assert_close(out, reference(q[3:], k, v, allowed))

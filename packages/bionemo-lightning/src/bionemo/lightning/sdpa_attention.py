@@ -32,6 +32,10 @@ except ImportError:  # pragma: no cover - older torch: the block-diagonal fallba
 
 __all__ = ["SDPACoreAttention", "UnpaddedSequences", "sdpa_layer_spec", "varlen_attention_available"]
 
+_CAUSAL_MASK_TYPES = frozenset({AttnMaskType.causal, AttnMaskType.padding_causal, AttnMaskType.causal_bottom_right})
+"""megatron's mask types under which a query attends to no later key (``causal_bottom_right``: aligned to the
+last key when there are more keys than queries; the others to the first)."""
+
 MASKED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 """SDPA kernels for masked (padded) batches on CUDA: not cuDNN's. torch 2.11 picks cuDNN attention for masked
 bf16 inputs on an H200 and plans it anew for every new shape, as length-sorted prediction batches all are:
@@ -41,6 +45,34 @@ GPU time per layer call, half of all GPU time, where the memory-efficient kernel
 
 def _on_cuda(tensor: torch.Tensor) -> bool:
     return tensor.is_cuda
+
+
+def _scores_mask(
+    mask_type: AttnMaskType,
+    attention_mask: torch.Tensor | None,
+    attention_bias: torch.Tensor | None,
+    queries: int,
+    keys: int,
+    device: torch.device,
+) -> tuple[torch.Tensor | None, bool]:
+    """SDPA's ``attn_mask`` (boolean, ``True`` = attend; or the float bias with ``-inf`` where not) and ``is_causal``.
+
+    Causality stays SDPA's ``is_causal`` only when nothing else is masked or added (its fast path); otherwise the
+    lower-triangular ``[queries, keys]`` mask joins megatron's ``attention_mask`` and the bias.
+    """
+    allowed = None if attention_mask is None else ~attention_mask.bool()
+    causal = mask_type in _CAUSAL_MASK_TYPES
+    bottom_right = mask_type == AttnMaskType.causal_bottom_right and keys != queries
+    if causal and (allowed is not None or attention_bias is not None or bottom_right):
+        diagonal = keys - queries if bottom_right else 0
+        lower = torch.ones(queries, keys, dtype=torch.bool, device=device).tril(diagonal=diagonal)
+        allowed = lower if allowed is None else allowed & lower
+        causal = False
+    if attention_bias is None:
+        return allowed, causal
+    if allowed is None:
+        return attention_bias, causal
+    return torch.where(allowed, attention_bias, float("-inf")), causal
 
 
 def varlen_attention_available(dtype: torch.dtype) -> bool:
@@ -73,7 +105,9 @@ class SDPACoreAttention(MegatronModule):
     Takes megatron's ``[s, b, heads, head_dim]`` query/key/value (heads local to this tensor-parallel rank;
     fewer key/value heads for grouped-query attention) and returns ``[s, b, heads * head_dim]``.
     ``attention_mask`` follows megatron: boolean, ``True`` where attention is *not* allowed, broadcastable to
-    ``[b, heads, s_q, s_k]``. Causal masking comes from ``attn_mask_type``.
+    ``[b, heads, s_q, s_k]``; ``attention_bias`` (float, broadcastable to the same) is added to the scaled scores.
+    Causal masking comes from ``attn_mask_type`` (``causal``, ``padding_causal``, ``causal_bottom_right``) and
+    applies together with both: softmax(QK^T / sqrt(d) + bias) V over the keys neither masks out.
 
     Context parallelism (bidirectional attention only): query, key and value hold this rank's chunk of the
     sequence (:mod:`bionemo.lightning.context_parallel`); keys and values of the whole sequence are gathered
@@ -92,7 +126,7 @@ class SDPACoreAttention(MegatronModule):
         pg_collection: Any = None,
     ) -> None:
         super().__init__(config=config)
-        if config.context_parallel_size > 1 and attn_mask_type == AttnMaskType.causal:
+        if config.context_parallel_size > 1 and attn_mask_type in _CAUSAL_MASK_TYPES:
             raise ValueError(
                 f"SDPACoreAttention supports context_parallel_size={config.context_parallel_size} for bidirectional "
                 "attention only (attn_mask_type padding or no_mask); causal models: use Transformer Engine attention"
@@ -122,12 +156,7 @@ class SDPACoreAttention(MegatronModule):
             key, value = self._whole_sequence(key, value)
         seq, batch, heads, head_dim = query.shape
         q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, h, s, d]
-        mask = None
-        if attention_bias is not None:
-            mask = attention_bias
-        if attention_mask is not None and mask_type != AttnMaskType.causal:
-            allowed = ~attention_mask.bool()
-            mask = allowed if mask is None else mask.masked_fill(~allowed, float("-inf"))
+        mask, causal = _scores_mask(mask_type, attention_mask, attention_bias, q.shape[2], k.shape[2], q.device)
         dropout = self.dropout_p if self.training else 0.0
         kernels = sdpa_kernel(MASKED_BACKENDS) if mask is not None and query.is_cuda else contextlib.nullcontext()
         with self._dropout_rng(query, dropout), kernels:
@@ -137,7 +166,7 @@ class SDPACoreAttention(MegatronModule):
                 v,
                 attn_mask=mask,
                 dropout_p=dropout,
-                is_causal=mask_type == AttnMaskType.causal and mask is None,
+                is_causal=causal,
                 scale=self.softmax_scale,
                 enable_gqa=k.shape[1] != heads,
             )
@@ -168,7 +197,7 @@ class SDPACoreAttention(MegatronModule):
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, packed: UnpaddedSequences
     ) -> torch.Tensor:
         """``[T, heads, head_dim]`` query/key/value of concatenated sequences -> ``[T, heads * head_dim]``."""
-        if self.attn_mask_type == AttnMaskType.causal or (self.training and self.dropout_p > 0):
+        if self.attn_mask_type in _CAUSAL_MASK_TYPES or (self.training and self.dropout_p > 0):
             raise ValueError("unpadded sequences: bidirectional attention without dropout only (prediction)")
         if self.context_parallel:
             raise ValueError("unpadded sequences: context_parallel_size 1 only")
