@@ -4,7 +4,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -15,20 +14,7 @@ from bionemo.esm2.readers import read_sequences
 from bionemo.esm2.recipes import BUNDLED_SEQUENCES
 from bionemo.esm2.weights import read_metadata
 from bionemo.recipes.outputs import read_predictions
-
-BIONEMO = [sys.executable, "-m", "bionemo.cli"]
-
-
-CPU_ONLY = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
-"""These are CPU runs, also on a machine with GPUs (hidden from the child processes)."""
-
-
-def bionemo(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
-    result = subprocess.run(
-        [*BIONEMO, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, env=CPU_ONLY
-    )
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    return result
+from support.cli_runs import BIONEMO, CPU_ONLY, bionemo
 
 
 def test_readme_predict_with_no_arguments(tmp_path):

@@ -118,6 +118,19 @@ CASES = {
         lambda t: ["train", "--checkpoint", hf_folder(t, "hf2")],
         "recipe esm2-demo has num_layers=4",
     ),
+    "train: global batch not a multiple of micro": (
+        lambda t: ["train", "--micro-batch-size", "5", "--global-batch-size", "16"],
+        "global batch size 16 is not a multiple of micro-batch size x data-parallel size = 5 x 1 = 5; "
+        "valid global batch sizes: 5, 10, 15",
+    ),
+    "train: global batch below micro x DP": (
+        lambda t: ["train", "--micro-batch-size", "16", "--global-batch-size", "8"],
+        "valid global batch sizes: 16, 32, 48, ...; or a micro-batch size of 1, 2, 4, 8",
+    ),
+    "train: recipe's global batch on 3 ranks": (
+        lambda t: ["train", "--devices", "3", "--accelerator", "cpu"],
+        "recipe esm2-demo's batch sizes on 3 data-parallel rank(s)",
+    ),
     "train: unknown config key": (lambda t: ["train", "--config", write(t / "c.yaml", "devicez: 2\n")], "devicez"),
     "train: bad config value": (lambda t: ["train", "--config", write(t / "d.json", '{"devices": 0}')], "devices"),
 }

@@ -173,3 +173,32 @@ def test_inconsistent_batch_sizes_name_the_valid_ones(micro, global_batch, ranks
     with pytest.raises(ValueError, match="valid global batch sizes"):
         BatchLayout(micro_batch_size=micro, global_batch_size=global_batch, data_parallel_size=ranks)
     assert batch_size_problem(4, 16, 2) is None
+
+
+def test_validation_interval_counts_optimizer_steps_while_accumulating():
+    class ValidationSteps(pl.Callback):
+        def __init__(self) -> None:
+            self.at: list[int] = []
+
+        def on_validation_end(self, trainer, pl_module):
+            self.at.append(trainer.global_step)
+
+    seen = ValidationSteps()
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        max_steps=4,
+        val_check_interval=2,
+        check_val_every_n_epoch=None,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        callbacks=[seen],
+    )
+    data = MegatronDataModule(
+        train=RaggedLossMask(48), val=RaggedLossMask(8), micro_batch_size=2, global_batch_size=8, seq_length=16
+    )
+    trainer.fit(make_module(), datamodule=data)
+    assert seen.at == [2, 4]

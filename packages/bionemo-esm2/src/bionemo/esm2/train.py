@@ -34,7 +34,8 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> li
     """
     from bionemo.esm2.demo_data import demo_families, write_fasta
     from bionemo.esm2.readers import InputError, read_sequences
-    from bionemo.recipes.trainers import check_hardware, check_output_dir, is_launching_rank
+    from bionemo.recipes.resolved import resolved_training_settings, save_settings
+    from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank
 
     # every check that needs no tensor comes first and imports nothing heavy: bad input is refused at once
     model = _checked_model({**defaults.model, **(settings.model or {})})
@@ -47,6 +48,7 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> li
     defaults = replace(defaults, model=model)
     out = settings.output_dir or Path("bionemo_runs") / recipe
     check_hardware(settings)
+    settings = resolved_training_settings(settings, defaults, gpu=accelerator(settings) == "gpu")
     max_residues = model["seq_length"] - 2
     data = settings.data
     records: list = []
@@ -60,6 +62,8 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> li
     check_output_dir(out, create=False)
     start = None if header is None else checked_checkpoint(header.path)  # the tensors: NaN/Inf
     check_output_dir(out)
+    if is_launching_rank():
+        save_settings(settings.model_copy(update={"output_dir": out}), out, training=True)
     if data is None:
         # every rank generates the same records (no rank reads a file another may be writing); the file is
         # for the user to look at, written once per node and atomically
@@ -88,7 +92,7 @@ def _fit(
     megatron = uses_megatron(settings)
     module = _module(settings, defaults, megatron, start)
     max_steps = defaults.value(settings, "max_steps")
-    data = _data(settings, defaults, train_records, val, max_steps, megatron)
+    data = _data(settings, defaults, train_records, val, max_steps)
     checkpoints = out / "checkpoints"
     resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
     trainer = _trainer(
@@ -143,9 +147,7 @@ def _module(settings: RunSettings, defaults: RecipeDefaults, megatron: bool, sta
     )
 
 
-def _data(
-    settings: RunSettings, defaults: RecipeDefaults, train: list, val: list, max_steps: int, megatron: bool
-) -> Any:
+def _data(settings: RunSettings, defaults: RecipeDefaults, train: list, val: list, max_steps: int) -> Any:
     """Masked training and validation sets; one pass over the training view is the whole run.
 
     On GPUs, :data:`TRAIN_WORKERS` processes tokenize and mask the samples into page-locked memory.
@@ -155,9 +157,7 @@ def _data(
     from bionemo.recipes.trainers import accelerator
 
     tokenizer = ProteinTokenizer()
-    samples_per_step = defaults.value(settings, "micro_batch_size") * settings.data_parallel_size()
-    if megatron:
-        samples_per_step = max(samples_per_step, defaults.value(settings, "global_batch_size"))
+    samples_per_step = defaults.value(settings, "global_batch_size")  # the same on every layout
     gpu = accelerator(settings) == "gpu"
     return datamodule(
         settings,
@@ -247,6 +247,8 @@ def _export(
         ("recipe", recipe),
         ("started from", "random initialisation" if start is None else f"{start.path} ({start.source})"),
         ("steps", str(trainer.global_step)),
+        ("precision", _precision_label(settings)),
+        ("batch", _batch_label(settings)),
         ("sequences (train / val)", sizes),
         ("final train loss", shown(metrics.get("reduced_train_loss"), 4)),
         ("validation perplexity", shown(val_ppl, 3)),
@@ -255,7 +257,22 @@ def _export(
         ("checkpoints (resume)", str(out / "checkpoints")),
         ("logs (CSV, TensorBoard)", str(out / "logs")),
         ("loss / perplexity curve", str(plot) if plot else "not written (no metrics)"),
+        ("settings (rerun with --config)", str(out / "settings.yaml")),
     ]
+
+
+def _precision_label(settings: RunSettings) -> str:
+    """The precision training ran at, as the summary shows it."""
+    precision = settings.precision or Precision.FP32
+    return {"32": "32 (fp32)", "16-mixed": "16-mixed (fp16)"}.get(precision.value, precision.value)
+
+
+def _batch_label(settings: RunSettings) -> str:
+    """Global batch = micro-batch x micro-batches per step x data-parallel ranks, as the summary shows it."""
+    micro, global_batch = settings.micro_batch_size or 0, settings.global_batch_size or 0
+    data_parallel = settings.data_parallel_size()
+    accumulation = global_batch // max(1, micro * data_parallel)
+    return f"{global_batch} per step: micro-batch {micro} x {accumulation} x {data_parallel} data-parallel rank(s)"
 
 
 def _earlier(weights: Path) -> dict[str, Any]:

@@ -182,7 +182,10 @@ class MegatronDataModule(pl.LightningDataModule):
             num_microbatches_calculator.unset_num_microbatches_calculator()
 
     def _set_accumulation(self, trainer: pl.Trainer, accumulation: int) -> None:
-        """Make Lightning's loop step the optimizer once per global batch."""
+        """Make Lightning's loop step the optimizer once per global batch.
+
+        An int ``val_check_interval`` keeps counting optimizer steps, as it does without accumulation.
+        """
         own = trainer.accumulate_grad_batches
         if own not in (1, accumulation):
             raise ValueError(
@@ -191,6 +194,10 @@ class MegatronDataModule(pl.LightningDataModule):
                 "leave accumulate_grad_batches at 1 and set global_batch_size instead"
             )
         trainer.accumulate_grad_batches = accumulation
+        # Lightning counts an int val_check_interval in batches (micro-batches here), given in optimizer steps
+        steps = trainer.__dict__.setdefault("_bionemo_val_check_steps", trainer.val_check_interval)
+        if isinstance(steps, int):
+            trainer.val_check_interval = steps * accumulation
 
     def _loader(self, mode: str) -> DataLoader:
         dataset = self.datasets[mode]

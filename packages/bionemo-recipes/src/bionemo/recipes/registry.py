@@ -65,8 +65,8 @@ class RecipeDefaults:
     lr: float
     """Learning rate."""
     precision: Precision
-    """Numeric precision the recipe is meant for: ``bionemo recipes show`` writes it (a run without ``--precision``
-    or a ``--config`` that sets it runs at 32 bits; prediction on GPUs at bf16)."""
+    """Numeric precision the recipe is meant for: training on GPUs runs at it unless ``--precision`` says otherwise
+    (training on CPUs at 32 bits; prediction on GPUs at bf16)."""
     model: Mapping[str, Any] = field(default_factory=dict)
     """Model hyper-parameters, by name; what they may be is the model's business (e.g. ``ESM2ModelSettings``).
     Stored read-only."""

@@ -1,0 +1,81 @@
+"""The settings a run actually uses: recipe defaults filled in for this layout, checked, and saved with the run.
+
+Standard library and pydantic only (plus PyYAML to write): bad batch sizes are refused before torch is imported.
+"""
+
+from pathlib import Path
+from typing import Any
+
+from bionemo.core.batch_sizes import batch_size_problem
+from bionemo.recipes.registry import RecipeDefaults
+from bionemo.recipes.settings import Precision, RunSettings, SettingsError
+
+__all__ = ["SETTINGS_FILE", "resolved_training_settings", "save_settings"]
+
+SETTINGS_FILE = "settings.yaml"
+"""The file in a run's output directory that holds its resolved settings (a valid ``--config``)."""
+
+_PREDICT_ONLY = ("include", "write_interval", "tokens_per_batch", "layer", "output_dtype", "unpadded")
+_TRAIN_ONLY = ("max_steps", "val_check_interval", "lr", "resume", "seed", "model", "global_batch_size")
+
+
+def resolved_training_settings(settings: RunSettings, defaults: RecipeDefaults, *, gpu: bool) -> RunSettings:
+    """``settings`` with the batch sizes, precision and run length decided for this layout.
+
+    - Precision: as given; else the recipe's on GPUs (``gpu``), 32-bit on CPUs.
+    - Global batch size: as given, else the recipe's: the same on every layout, so the same settings train the
+      same model on one process or many.
+    - Micro-batch size: as given; else the recipe's, or the largest size below it that makes whole steps of the
+      global batch over the data-parallel ranks (it only changes memory use, not what is computed).
+
+    Raises:
+        SettingsError: Batch sizes that make no whole global batch on this layout (global not a multiple of
+            micro x data-parallel size, or smaller), naming the valid values.
+    """
+    data_parallel = settings.data_parallel_size()
+    global_batch = defaults.value(settings, "global_batch_size")
+    micro = defaults.value(settings, "micro_batch_size")
+    if settings.micro_batch_size is None:
+        fitting = [m for m in range(micro, 0, -1) if global_batch % (m * data_parallel) == 0]
+        micro = fitting[0] if fitting else micro
+    problem = batch_size_problem(micro, global_batch, data_parallel)
+    if problem is not None:
+        given = " and ".join(
+            f"--{name.replace('_', '-')} {getattr(settings, name)}"
+            for name in ("micro_batch_size", "global_batch_size")
+            if getattr(settings, name) is not None
+        )
+        origin = f"{given} on" if given else f"recipe {settings.recipe}'s batch sizes on"
+        layout = f"{data_parallel} data-parallel rank(s) (--devices x --num-nodes / model-parallel size)"
+        raise SettingsError(
+            f"{origin} {layout}: {problem}",
+            "--micro-batch-size" if settings.micro_batch_size is not None else "--global-batch-size",
+        )
+    precision = settings.precision or (defaults.precision if gpu else Precision.FP32)
+    return settings.model_copy(
+        update={
+            "micro_batch_size": micro,
+            "global_batch_size": global_batch,
+            "precision": precision,
+            "max_steps": defaults.value(settings, "max_steps"),
+            "val_check_interval": defaults.value(settings, "val_check_interval"),
+            "lr": defaults.value(settings, "lr"),
+        }
+    )
+
+
+def save_settings(settings: RunSettings, directory: Path, *, training: bool) -> Path:
+    """Write ``settings`` (those of a training or a prediction run) to ``directory/settings.yaml``, atomically.
+
+    The file is a valid ``--config``: rerunning with it (and nothing else) runs the same settings.
+    """
+    import yaml
+
+    from bionemo.core.atomic_files import replaced_atomically
+
+    left_out = _PREDICT_ONLY if training else _TRAIN_ONLY
+    values: dict[str, Any] = settings.model_dump(mode="json", exclude=set(left_out))
+    path = directory / SETTINGS_FILE
+    with replaced_atomically(path) as temporary:
+        temporary.write_text(yaml.safe_dump(values, sort_keys=False), encoding="utf-8")
+    return path

@@ -1,0 +1,20 @@
+"""Run the `bionemo` command in a subprocess on the CPU, as a user would."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+BIONEMO = [sys.executable, "-m", "bionemo.cli"]
+
+CPU_ONLY = {**os.environ, "CUDA_VISIBLE_DEVICES": ""}
+"""These are CPU runs, also on a machine with GPUs (hidden from the child processes)."""
+
+
+def bionemo(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedProcess:
+    """Run ``bionemo *args`` in ``cwd``; it must succeed (its output's end is shown when it does not)."""
+    result = subprocess.run(
+        [*BIONEMO, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, check=False, env=CPU_ONLY
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return result
