@@ -9,6 +9,10 @@ ranks agree (one max-reduction of the signal number) whether any of them receive
 :class:`TrainingInterrupted` after the same step, and Lightning's own ``on_exception`` path (the one
 ``OnExceptionCheckpoint`` uses) has every rank take part in saving that step's checkpoint.
 
+:class:`InterruptCheckpoint` is not an ``OnExceptionCheckpoint``: with one among the callbacks, Lightning turns
+``fit(ckpt_path=None)`` into ``ckpt_path="last"`` and resumes from the newest checkpoint in its folder, so a run
+told to start afresh (``--no-resume``) would continue the previous one.
+
 Imports Lightning: import this module inside commands, not at ``bionemo --help`` time.
 """
 
@@ -21,7 +25,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from lightning.pytorch.callbacks import OnExceptionCheckpoint
+from lightning.pytorch.callbacks import Checkpoint
 from typing_extensions import override
 
 __all__ = ["InterruptCheckpoint", "TrainingInterrupted"]
@@ -51,7 +55,7 @@ class TrainingInterrupted(SystemExit):
         """Why no checkpoint was saved, if saving failed."""
 
 
-class InterruptCheckpoint(OnExceptionCheckpoint):
+class InterruptCheckpoint(Checkpoint):
     """On SIGINT or SIGTERM during ``fit``: stop every rank after the same step and save a checkpoint there.
 
     From ``on_train_start`` to ``on_train_end`` the two signals only set a flag (Lightning's own SIGTERM handler
@@ -65,17 +69,23 @@ class InterruptCheckpoint(OnExceptionCheckpoint):
     ahead of a periodic save of the same step.
     """
 
+    FILE_EXTENSION = ".ckpt"
+
     def __init__(self, dirpath: str | Path, filename: str = "last") -> None:
         """Save to ``dirpath/filename.ckpt``; ``{step}`` in ``filename`` becomes the global step (``step{step}``)."""
-        super().__init__(dirpath, filename)
+        super().__init__()
+        self.dirpath = dirpath
+        """The folder the checkpoint is saved in."""
+        self.filename = filename
+        """The checkpoint's name without ``FILE_EXTENSION``; ``{step}`` in it becomes the step saved."""
         self._received: signal.Signals | None = None
         self._report = False
         self._step = 0
         self._previous: dict[signal.Signals, Any] = {}
 
     @property
-    @override
     def ckpt_path(self) -> str:
+        """Where the checkpoint of the step training stopped after goes."""
         return os.path.join(self.dirpath, self.filename.format(step=self._step) + self.FILE_EXTENSION)
 
     @override
@@ -118,10 +128,6 @@ class InterruptCheckpoint(OnExceptionCheckpoint):
         # MegatronStrategy writes ``name.ckpt`` as the directory ``name``
         saved = self.ckpt_path
         exception.checkpoint = saved if os.path.exists(saved) else os.path.splitext(saved)[0]
-
-    @override
-    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
-        """Keep the checkpoint (``OnExceptionCheckpoint`` deletes it): it is the one the next run resumes from."""
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
         if self._received is not None and signum == signal.SIGINT:
