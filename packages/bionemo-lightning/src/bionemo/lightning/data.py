@@ -5,12 +5,11 @@ from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
-from megatron.core import num_microbatches_calculator
 from torch.utils.data import DataLoader, Dataset, default_collate
 from typing_extensions import override
 
-from bionemo.lightning.global_batches import BatchLayout, GlobalBatchSampler
-from bionemo.lightning.step_runner import is_megatron_strategy
+from bionemo.lightning.global_batches import BatchLayout
+from bionemo.lightning.step_runner import step_runner_for
 from bionemo.lightning.workarounds.limit_batches_to_steps import scale_limits_to_steps
 
 __all__ = ["MegatronDataModule"]
@@ -113,18 +112,7 @@ class MegatronDataModule(pl.LightningDataModule):
 
     def _data_parallel_size(self) -> int:
         """Model replicas of the attached trainer (1 without one)."""
-        trainer = self.trainer
-        if trainer is None:
-            return 1
-        strategy: Any = trainer.strategy
-        model_parallel = 1
-        if is_megatron_strategy(strategy):
-            model_parallel = (
-                strategy.tensor_model_parallel_size
-                * strategy.pipeline_model_parallel_size
-                * strategy.context_parallel_size
-            )
-        return max(1, trainer.world_size // model_parallel)
+        return 1 if self.trainer is None else step_runner_for(self.trainer).data_parallel_size(self.trainer)
 
     @property
     def data_sampler(self) -> Any:
@@ -162,53 +150,20 @@ class MegatronDataModule(pl.LightningDataModule):
                 ``accumulate_grad_batches`` that disagrees with them.
         """
         trainer = self.trainer
-        if trainer is None:
-            return
-        layout = self.batch_layout(self._data_parallel_size())
-        if not is_megatron_strategy(trainer.strategy):
-            if stage == "fit":
-                self._set_accumulation(trainer, layout.accumulation)
-            return
-        global_batch_size = (
-            self.micro_batch_size * layout.data_parallel_size if stage == "predict" else layout.global_batch_size
-        )
-        self.data_sampler.global_batch_size = global_batch_size
-        # megatron keeps one process-wide micro-batch calculator, and NeMo refuses to re-initialize it with a
-        # different global batch size (e.g. predicting in the process that trained): reset it first.
-        if (
-            num_microbatches_calculator._GLOBAL_NUM_MICROBATCHES_CALCULATOR is not None
-            and num_microbatches_calculator.get_current_global_batch_size() != global_batch_size
-        ):
-            num_microbatches_calculator.unset_num_microbatches_calculator()
-
-    def _set_accumulation(self, trainer: pl.Trainer, accumulation: int) -> None:
-        """Make Lightning's loop step the optimizer once per global batch.
-
-        An int ``val_check_interval`` keeps counting optimizer steps, as it does without accumulation.
-        """
-        own = trainer.accumulate_grad_batches
-        if own not in (1, accumulation):
-            raise ValueError(
-                f"Trainer(accumulate_grad_batches={own}) disagrees with MegatronDataModule's global batch: "
-                f"{self.batch_layout(self._data_parallel_size())} takes {accumulation} micro-batches per step; "
-                "leave accumulate_grad_batches at 1 and set global_batch_size instead"
-            )
-        trainer.accumulate_grad_batches = accumulation
-        # Lightning counts an int val_check_interval in batches (micro-batches here), given in optimizer steps
-        steps = trainer.__dict__.setdefault("_bionemo_val_check_steps", trainer.val_check_interval)
-        if isinstance(steps, int):
-            trainer.val_check_interval = steps * accumulation
+        if trainer is not None:
+            step_runner_for(trainer).setup_data(self, trainer, stage, self.batch_layout(self._data_parallel_size()))
 
     def _loader(self, mode: str) -> DataLoader:
         dataset = self.datasets[mode]
         if dataset is None:
             raise ValueError(f"MegatronDataModule has no {mode} dataset; pass {mode.replace('validation', 'val')}=")
-        sampler = self._global_batch_sampler(dataset) if mode == "train" else None
-        loader: Callable[..., DataLoader] = DataLoader
-        if self.trainer is not None and is_megatron_strategy(self.trainer.strategy):
-            from bionemo.lightning._nemo import WrappedDataLoader
-
-            loader = functools.partial(WrappedDataLoader, mode=mode)  # NeMo's data sampler reads the mode
+        runner = step_runner_for(self.trainer)
+        sampler = None
+        if mode == "train" and self.trainer is not None:
+            layout = self.batch_layout(self._data_parallel_size())
+            size = len(dataset)  # type: ignore[arg-type]
+            sampler = runner.train_sampler(self.trainer, size, layout, shuffle=self.shuffle_train, seed=self.seed)
+        loader = runner.dataloader(mode)
         return loader(
             dataset=dataset,
             batch_size=self.micro_batch_size,
@@ -218,30 +173,6 @@ class MegatronDataModule(pl.LightningDataModule):
             shuffle=self.shuffle_train and mode == "train" and sampler is None,
             sampler=sampler,
             persistent_workers=False,
-        )
-
-    def _global_batch_sampler(self, dataset: Dataset) -> GlobalBatchSampler | None:
-        """Under Lightning's own strategies, this rank's share of every global batch, from the resume position.
-
-        Lightning restarts an interrupted epoch's dataloader from its first batch while counting the batches
-        done before the interruption (``batch_progress.current.processed``); the sampler then starts at the next
-        step of that epoch, so a resumed run sees exactly the batches an uninterrupted one would, on any number
-        of processes. (MegatronStrategy's sampler counts consumed samples itself.)
-        """
-        trainer = self.trainer
-        if trainer is None or is_megatron_strategy(trainer.strategy):
-            return None
-        layout = self.batch_layout(self._data_parallel_size())
-        current = trainer.fit_loop.epoch_loop.batch_progress.current
-        # a checkpoint saved in on_train_batch_end counts its batch as processed, not yet completed
-        done = getattr(current, "processed", current.completed)
-        return GlobalBatchSampler(
-            len(dataset),  # type: ignore[arg-type]
-            layout,
-            rank=trainer.global_rank,
-            start_step=done // layout.accumulation,
-            shuffle=self.shuffle_train,
-            seed=self.seed,
         )
 
     @override
@@ -263,10 +194,12 @@ class MegatronDataModule(pl.LightningDataModule):
     def reconfigure_limit_batches(self) -> None:
         """NeMo hook (called by MegatronStrategy's set-up): count int batch limits in steps, not micro-batches."""
         if self.trainer is not None:
+            from megatron.core.num_microbatches_calculator import get_num_microbatches
+
             scale_limits_to_steps(
                 self.trainer,
                 ("limit_val_batches", "limit_test_batches", "num_sanity_val_steps"),
-                num_microbatches_calculator.get_num_microbatches(),
+                get_num_microbatches(),
             )
 
 

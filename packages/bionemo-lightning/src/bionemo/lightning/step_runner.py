@@ -1,7 +1,9 @@
 """Who runs a step of ``BionemoLightningModule``: NeMo's MegatronStrategy, or the module under Lightning's own.
 
 The module asks :func:`step_runner_for` for the runner of its trainer's strategy and hands it every step and
-optimizer hook. Two implementations of :class:`StepRunner`:
+optimizer hook; :class:`~bionemo.lightning.MegatronDataModule` asks it how the data is laid out (data-parallel
+size, micro-batches per step, the training sampler and its resume position, the DataLoader class). Nothing else
+tells the strategies apart. Two implementations of :class:`StepRunner`:
 
 - :class:`LightningStepRunner` (here, plain Lightning and torch): Lightning's own strategies (CPU, one device,
   DDP) hand the module whole batches; the runner applies the data step, forward step and loss reduction itself,
@@ -17,18 +19,21 @@ strategy by its class, without importing ``nemo``.
 
 import dataclasses
 import inspect
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import lightning.pytorch as pl
 import torch
+from torch.utils.data import DataLoader, Sampler
 
 from bionemo.callbacks import DEFAULT_INDEX_KEY
 from bionemo.lightning._parallel_init import ensure_model_parallel
+from bionemo.lightning.global_batches import BatchLayout, GlobalBatchSampler
 from bionemo.lightning.optimizer import torch_optimizer_from_config
 from bionemo.losses import ParallelGroups, all_reduce_sum
 
 if TYPE_CHECKING:
+    from bionemo.lightning.data import MegatronDataModule
     from bionemo.lightning.module import BionemoLightningModule
 
 __all__ = [
@@ -47,10 +52,28 @@ _MEGATRON_STRATEGY = ("nemo.", "MegatronStrategy")
 
 @runtime_checkable
 class StepRunner(Protocol):
-    """What differs between the two ways a ``BionemoLightningModule`` is driven; one method per module hook."""
+    """What differs between the two ways a ``BionemoLightningModule`` is driven: steps, optimizer, data layout."""
 
     def prepare_model(self, module: "BionemoLightningModule") -> None:
         """Get ready for ``module``'s model to be built (called once, before ``config.configure_model``)."""
+        ...
+
+    def data_parallel_size(self, trainer: pl.Trainer) -> int:
+        """Model replicas over ``trainer``'s processes (each takes a share of every global batch)."""
+        ...
+
+    def setup_data(self, data: "MegatronDataModule", trainer: pl.Trainer, stage: str, layout: BatchLayout) -> None:
+        """Make ``trainer`` take ``layout``'s micro-batches per optimizer step in ``stage``."""
+        ...
+
+    def train_sampler(
+        self, trainer: pl.Trainer, size: int, layout: BatchLayout, *, shuffle: bool, seed: int
+    ) -> Sampler[int] | None:
+        """This rank's training sampler over ``size`` samples from the resume position (``None``: the strategy's)."""
+        ...
+
+    def dataloader(self, mode: str) -> Callable[..., DataLoader]:
+        """The DataLoader class (or factory) for ``mode`` (``train``, ``validation``, ``test``, ``predict``)."""
         ...
 
     def training_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
@@ -154,6 +177,53 @@ class LightningStepRunner:
     def prepare_model(self, module: "BionemoLightningModule") -> None:
         """Set up megatron's model-parallel state (size 1), which nobody else does off MegatronStrategy."""
         ensure_model_parallel(cuda=module._compute_device().type == "cuda")
+
+    def data_parallel_size(self, trainer: pl.Trainer) -> int:
+        """Every process is a model replica (no model parallelism on Lightning's strategies)."""
+        return max(1, trainer.world_size)
+
+    def setup_data(self, data: "MegatronDataModule", trainer: pl.Trainer, stage: str, layout: BatchLayout) -> None:
+        """Training accumulates ``layout.accumulation`` micro-batches per step (the Trainer's own setting).
+
+        An int ``val_check_interval`` keeps counting optimizer steps, as it does without accumulation.
+
+        Raises:
+            ValueError: The Trainer's own ``accumulate_grad_batches`` disagrees with the global batch.
+        """
+        if stage != "fit":
+            return
+        own, accumulation = trainer.accumulate_grad_batches, layout.accumulation
+        if own not in (1, accumulation):
+            raise ValueError(
+                f"Trainer(accumulate_grad_batches={own}) disagrees with MegatronDataModule's global batch: "
+                f"{layout} takes {accumulation} micro-batches per step; leave accumulate_grad_batches at 1 and set "
+                "global_batch_size instead"
+            )
+        trainer.accumulate_grad_batches = accumulation
+        # Lightning counts an int val_check_interval in batches (micro-batches here), given in optimizer steps
+        steps = trainer.__dict__.setdefault("_bionemo_val_check_steps", trainer.val_check_interval)
+        if isinstance(steps, int):
+            trainer.val_check_interval = steps * accumulation
+
+    def train_sampler(
+        self, trainer: pl.Trainer, size: int, layout: BatchLayout, *, shuffle: bool, seed: int
+    ) -> Sampler[int] | None:
+        """This rank's share of every global batch (:class:`GlobalBatchSampler`), from the resume position.
+
+        Lightning restarts an interrupted epoch's dataloader from its first batch while counting the batches
+        done before the interruption (``batch_progress.current.processed``); the sampler then starts at the next
+        step of that epoch, so a resumed run sees exactly the batches an uninterrupted one would, on any number
+        of processes.
+        """
+        current = trainer.fit_loop.epoch_loop.batch_progress.current
+        # a checkpoint saved in on_train_batch_end counts its batch as processed, not yet completed
+        done = getattr(current, "processed", current.completed)
+        start = done // layout.accumulation
+        return GlobalBatchSampler(size, layout, rank=trainer.global_rank, start_step=start, shuffle=shuffle, seed=seed)
+
+    def dataloader(self, mode: str) -> Callable[..., DataLoader]:
+        """Torch's DataLoader."""
+        return DataLoader
 
     def training_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
         """The loss to back-propagate for one micro-batch of the step's global batch.

@@ -7,14 +7,21 @@ output, the optimizer is the connected ``MegatronOptimizerModule``'s, and megatr
 ``clip_grad`` itself.
 """
 
+import functools
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+import lightning.pytorch as pl
 import torch
+from megatron.core import num_microbatches_calculator
+from torch.utils.data import DataLoader, Sampler
 
+from bionemo.lightning.global_batches import BatchLayout
 from bionemo.lightning.optimizer import init_adam_state
 from bionemo.lightning.step_runner import with_sample_index
 
 if TYPE_CHECKING:
+    from bionemo.lightning.data import MegatronDataModule
     from bionemo.lightning.module import BionemoLightningModule
 
 __all__ = ["MEGATRON_STEP_RUNNER", "MegatronStepRunner"]
@@ -39,6 +46,44 @@ class MegatronStepRunner:
             module.config, "calculate_per_token_loss"
         ):
             module.config.calculate_per_token_loss = True  # type: ignore[attr-defined]
+
+    def data_parallel_size(self, trainer: pl.Trainer) -> int:
+        """Processes over tensor x pipeline x context parallel ranks."""
+        strategy: Any = trainer.strategy
+        model_parallel = (
+            strategy.tensor_model_parallel_size * strategy.pipeline_model_parallel_size * strategy.context_parallel_size
+        )
+        return max(1, trainer.world_size // model_parallel)
+
+    def setup_data(self, data: "MegatronDataModule", trainer: pl.Trainer, stage: str, layout: BatchLayout) -> None:
+        """Give NeMo's data sampler the step's global batch: ``layout``'s, one micro-batch per rank to predict.
+
+        In prediction a step of several micro-batches would come up short at the end and its samples would be
+        lost, so prediction runs one micro-batch per data-parallel rank per step.
+        """
+        global_batch_size = (
+            layout.micro_batch_size * layout.data_parallel_size if stage == "predict" else layout.global_batch_size
+        )
+        data.data_sampler.global_batch_size = global_batch_size
+        # megatron keeps one process-wide micro-batch calculator, and NeMo refuses to re-initialize it with a
+        # different global batch size (e.g. predicting in the process that trained): reset it first.
+        if (
+            num_microbatches_calculator._GLOBAL_NUM_MICROBATCHES_CALCULATOR is not None
+            and num_microbatches_calculator.get_current_global_batch_size() != global_batch_size
+        ):
+            num_microbatches_calculator.unset_num_microbatches_calculator()
+
+    def train_sampler(
+        self, trainer: pl.Trainer, size: int, layout: BatchLayout, *, shuffle: bool, seed: int
+    ) -> Sampler[int] | None:
+        """None: NeMo's data sampler shards the data and counts consumed samples itself (megatron's order)."""
+        return None
+
+    def dataloader(self, mode: str) -> Callable[..., DataLoader]:
+        """NeMo's ``WrappedDataLoader`` in ``mode``, which NeMo's data sampler reads (``drop_last``, predict index)."""
+        from bionemo.lightning._nemo import WrappedDataLoader
+
+        return functools.partial(WrappedDataLoader, mode=mode)
 
     def training_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
         """The model output for this micro-batch."""
