@@ -101,6 +101,7 @@ def test_round_trip_gives_identical_parameters_and_logits(tmp_path, hidden, head
         "hidden_dropout": 0.0,
         "attention_dropout": 0.0,
         "vocab_size": 33,
+        "rotary_base": 10000.0,
     }
     assert all(t.dtype == torch.float32 and t.is_contiguous() for t in tensors.values())
     assert tensors["embedding.word_embeddings.weight"].shape == (40, hidden)

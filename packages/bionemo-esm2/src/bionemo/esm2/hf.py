@@ -38,6 +38,7 @@ from safetensors.torch import load_file, save_file
 
 from bionemo.esm2.hf_layout import (
     ESM_VOCAB,
+    HF_ROTARY_BASE,
     HF_WEIGHT_FILES,
     VOCAB_SIZE,
     CheckpointError,
@@ -50,6 +51,7 @@ from bionemo.esm2.hf_layout import (
     check_hf_layout,
     hf_config,
     hf_index_shards,
+    hf_rotary_base,
     is_hf_folder,
     padded_vocab_size,
     read_hf_config,
@@ -63,6 +65,7 @@ __all__ = [
     "bionemo_to_hf",
     "check_bionemo_tensors",
     "hf_config",
+    "hf_rotary_base",
     "hf_to_bionemo",
     "is_hf_folder",
     "load_hf_checkpoint",
@@ -129,7 +132,7 @@ def _ignored_kind(name: str) -> str | None:
     if name.startswith("contact_head."):
         return "contact head"
     if name.endswith(".rotary_embeddings.inv_freq"):
-        return "rotary inv_freq buffers (recomputed)"
+        return "rotary inv_freq buffers (of base 10000, recomputed)"
     if name == "embeddings.position_ids":
         return "position_ids buffer"
     if name == "lm_head.decoder.weight":
@@ -163,7 +166,8 @@ def hf_to_bionemo(
 
     Raises:
         CheckpointError: Missing tensors (named), a tensor whose shape disagrees with the config, a tensor
-            that is not floating point, or NaN/Inf values.
+            that is not floating point, NaN/Inf values, or rotary ``inv_freq`` buffers of another base than
+            ``model["rotary_base"]`` (:data:`HF_ROTARY_BASE` in a Hugging Face config).
         ValueError: ``padded_vocab_size`` below 33.
     """
     if padded_vocab_size < VOCAB_SIZE:
@@ -172,12 +176,34 @@ def hf_to_bionemo(
     found = check_hf_layout({name: _tensor_info(value) for name, value in hf_tensors.items()}, model)
     for name in _hf_shapes(model):
         _check_finite(found[name], hf_tensors[found[name]])
+    _check_rotary_buffers(found, hf_tensors, model)
 
     def get(base: str) -> torch.Tensor:
         return hf_tensors[found[base]].detach().to("cpu", torch.float32)
 
     ours = _converted(get, model, padded_vocab_size)
     return ours, _conversion_notes(found, hf_tensors, ours, model)
+
+
+def _check_rotary_buffers(
+    found: Mapping[str, str], hf_tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any]
+) -> None:
+    """Refuse stored rotary ``inv_freq`` buffers of another base than ``model``'s (they are recomputed, not read).
+
+    ``EsmForMaskedLM.from_pretrained`` loads these buffers from the file, so a folder may carry another base in
+    them than its config can say; compared with a tolerance that a half-precision copy of base 10000 meets.
+    """
+    base = float(model.get("rotary_base", HF_ROTARY_BASE))
+    expected = _rotary_inv_freq(int(model["hidden_size"]) // int(model["num_attention_heads"]), base)
+    for short, name in found.items():
+        if not short.endswith(".rotary_embeddings.inv_freq"):
+            continue
+        stored = hf_tensors[name].detach().to("cpu", torch.float32)
+        if stored.shape != expected.shape or not torch.allclose(stored, expected, rtol=1e-2, atol=0.0):
+            raise CheckpointError(
+                f"{name} is not the rotary inv_freq of base {base:g} (the base of Hugging Face's ESM-2 config); "
+                "a model with other rotary frequencies cannot be converted"
+            )
 
 
 def _converted(
@@ -263,26 +289,28 @@ def check_bionemo_tensors(
         _check_finite(name, tensors[name])
 
 
-def _rotary_inv_freq(head_dim: int) -> torch.Tensor:
-    """The ``inv_freq`` buffer of ``EsmForMaskedLM``'s rotary embeddings for heads of ``head_dim``."""
-    return 1.0 / (10000 ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+def _rotary_inv_freq(head_dim: int, base: float) -> torch.Tensor:
+    """The ``inv_freq`` buffer of rotary embeddings of ``base`` for heads of ``head_dim`` (``EsmForMaskedLM``'s)."""
+    return 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
 
 
 def bionemo_to_hf(tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any]) -> dict[str, torch.Tensor]:
     """Hugging Face ``EsmForMaskedLM`` tensors (``esm.``-prefixed, float32) from whole bionemo tensors.
 
     Vocabulary rows beyond the 33 tokens (megatron's padding) are cut. ``lm_head.decoder.weight`` is left out:
-    ``EsmForMaskedLM`` ties it to the word embeddings when loading. The rotary ``inv_freq`` buffers are added so
-    ``from_pretrained`` finds every buffer.
+    ``EsmForMaskedLM`` ties it to the word embeddings when loading. The rotary ``inv_freq`` buffers (of the
+    model's ``rotary_base``) are added so ``from_pretrained`` finds every buffer.
 
     Args:
         tensors: bionemo names (see the module docstring), vocabulary padded or not.
         model: bionemo model settings (``num_layers``, ``hidden_size``, ``num_attention_heads``,
-            ``ffn_hidden_size``).
+            ``ffn_hidden_size``; ``rotary_base``, default 10000).
 
     Raises:
-        CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or NaN/Inf.
+        CheckpointError: A ``rotary_base`` Hugging Face cannot hold (:func:`hf_rotary_base`), missing tensors
+            (named), a tensor whose shape disagrees with ``model``, or NaN/Inf.
     """
+    base = hf_rotary_base(model)
     check_bionemo_tensors(tensors, model)
 
     def get(name: str) -> torch.Tensor:
@@ -293,7 +321,7 @@ def bionemo_to_hf(tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any])
     hf: dict[str, torch.Tensor] = {
         "esm.embeddings.word_embeddings.weight": get("embedding.word_embeddings.weight")[:VOCAB_SIZE]
     }
-    inv_freq = _rotary_inv_freq(d)
+    inv_freq = _rotary_inv_freq(d, base)
     for i in range(int(model["num_layers"])):
         attention = f"esm.encoder.layer.{i}.attention.self."
         for kind, shape in (("weight", (n, 3, d, h)), ("bias", (n, 3, d))):

@@ -14,6 +14,7 @@ from bionemo.esm2.tokenizer import ESM_TOKENS
 
 __all__ = [
     "ESM_VOCAB",
+    "HF_ROTARY_BASE",
     "HF_WEIGHT_FILES",
     "MASK_TOKEN_ID",
     "PAD_TOKEN_ID",
@@ -26,6 +27,7 @@ __all__ = [
     "hf_config",
     "hf_index_shards",
     "hf_names",
+    "hf_rotary_base",
     "is_hf_folder",
     "padded_vocab_size",
     "read_hf_config",
@@ -37,6 +39,10 @@ ESM_VOCAB = ESM_TOKENS
 VOCAB_SIZE = len(ESM_VOCAB)
 PAD_TOKEN_ID = ESM_VOCAB.index("<pad>")
 MASK_TOKEN_ID = ESM_VOCAB.index("<mask>")
+
+HF_ROTARY_BASE = 10000.0
+"""The one rotary base of Hugging Face's ESM-2: ``EsmConfig`` has no setting for it, and ``EsmForMaskedLM``'s
+rotary embeddings (transformers' ``RotaryEmbedding``) compute their inverse frequencies with base 10000."""
 
 HF_WEIGHT_FILES = (
     "model.safetensors",
@@ -88,8 +94,9 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
 
     Returns:
         ``num_layers, hidden_size, num_attention_heads, ffn_hidden_size, seq_length, layernorm_epsilon,
-        token_dropout, hidden_dropout, attention_dropout, vocab_size``. Settings the file leaves out take
-        ``EsmConfig``'s defaults, as ``transformers`` would.
+        token_dropout, hidden_dropout, attention_dropout, vocab_size`` and ``rotary_base`` (always
+        :data:`HF_ROTARY_BASE`). Settings the file leaves out take ``EsmConfig``'s defaults, as ``transformers``
+        would.
 
     Raises:
         CheckpointError: No ``config.json``, unreadable JSON, another ``model_type`` than ``"esm"``, positions
@@ -113,6 +120,7 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
         "hidden_dropout": settings["hidden_dropout_prob"],
         "attention_dropout": settings["attention_probs_dropout_prob"],
         "vocab_size": VOCAB_SIZE,
+        "rotary_base": HF_ROTARY_BASE,
     }
 
 
@@ -190,12 +198,31 @@ def _checked_rates(path: Path, config: Mapping[str, Any]) -> dict[str, float]:
     return settings
 
 
+def hf_rotary_base(model: Mapping[str, Any]) -> float:
+    """``model``'s ``rotary_base`` (``ESM2Config``'s default where absent), if Hugging Face's ESM-2 can hold it.
+
+    Raises:
+        CheckpointError: Another base than :data:`HF_ROTARY_BASE`. ``config.json`` cannot say it (``EsmConfig``
+            has no such setting): a model built from that config, and ``bionemo convert from-hf``, use 10000.
+    """
+    base = model.get("rotary_base", HF_ROTARY_BASE)
+    if isinstance(base, bool) or not isinstance(base, int | float) or float(base) != HF_ROTARY_BASE:
+        raise CheckpointError(
+            f"the model has rotary_base {base!r}; Hugging Face's ESM-2 supports rotary base {HF_ROTARY_BASE:g} only "
+            f"(transformers' EsmConfig has no rotary base setting and EsmForMaskedLM builds its rotary embeddings "
+            f"with base {HF_ROTARY_BASE:g}), so only models with rotary_base {HF_ROTARY_BASE:g} convert to it"
+        )
+    return HF_ROTARY_BASE
+
+
 def hf_config(model: Mapping[str, Any]) -> dict[str, Any]:
     """The ``config.json`` of an ``EsmForMaskedLM`` with bionemo settings ``model``.
 
     Raises:
         KeyError: When ``model`` lacks one of the shape settings.
+        CheckpointError: A ``rotary_base`` Hugging Face cannot hold (:func:`hf_rotary_base`).
     """
+    hf_rotary_base(model)
     return {
         "architectures": ["EsmForMaskedLM"],
         "model_type": "esm",
