@@ -77,9 +77,6 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig["ESM2Model", Mas
     """Id of ``<mask>`` (token dropout looks for it)."""
     rotary_base: float = 10000.0
     """Base of the rotary embeddings' frequencies."""
-    compile_rope: bool = False
-    """Ignored; kept so that older configs load. RoPE runs as one fused kernel per tensor on GPUs anyway
-    (:class:`bionemo.lightning.rotary.RotarySelfAttention`), with nothing compiled or patched."""
     masked_softmax_fusion: bool = False
     bias_activation_fusion: bool = False
     bias_dropout_fusion: bool = False

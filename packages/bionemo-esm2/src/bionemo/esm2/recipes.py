@@ -58,7 +58,6 @@ class ESM2ModelSettings(TypedDict, total=False):
     token_dropout: bool
     mask_token_id: int
     rotary_base: float
-    compile_rope: bool
     masked_softmax_fusion: bool
     bias_activation_fusion: bool
     bias_dropout_fusion: bool
