@@ -38,19 +38,25 @@ def test_fractional_limits_and_nemo_datamodules_are_left_alone(megatron_trainer)
     assert megatron_trainer.num_sanity_val_steps == 1
 
 
-def test_predict_without_returned_predictions_keeps_one_batch_and_returns_none(megatron_trainer):
+def test_predict_without_returned_predictions_keeps_nothing_and_returns_none(megatron_trainer):
+    from lightning.pytorch.loops import prediction_loop
+
+    original_move = vars(prediction_loop)["move_data_to_device"]
     callback = MegatronCompatCallback()
     loop = megatron_trainer.predict_loop
     callback.on_predict_start(megatron_trainer, None)
     assert megatron_trainer.strategy.data_sampler.output_log is False
     assert loop.return_predictions is True  # Lightning 2.4 needs it with the dataloader-iter fetcher
+    move = vars(prediction_loop)["move_data_to_device"]
     for batch in range(3):
-        callback.on_predict_batch_start(megatron_trainer, None, None, batch)
-        assert loop._predictions == [[]]
-        loop._predictions[0].append(f"prediction {batch}")  # what the loop keeps after the step
+        # what the loop keeps after each step: nothing is copied to the host
+        loop._predictions[0].append(move({"y": torch.full((2,), float(batch))}, torch.device("cpu")))
+    assert loop._predictions == [[None, None, None]]
     callback.on_predict_epoch_end(megatron_trainer, None)
     assert loop._predictions == [[]]
     assert loop.return_predictions is False
+    callback.remove()
+    assert vars(prediction_loop)["move_data_to_device"] is original_move
 
 
 def test_off_megatron_nothing_changes():
