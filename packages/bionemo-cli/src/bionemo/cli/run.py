@@ -1,6 +1,11 @@
 """``bionemo run train`` and ``bionemo run predict``: one set of shared options, recipe-driven."""
 
+import os
 import shlex
+import shutil
+import signal
+import sys
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -9,7 +14,7 @@ import typer
 from bionemo.recipes.choices import Accelerator, Include, OutputDtype, Precision, StrategyChoice, WriteIntervalChoice
 
 if TYPE_CHECKING:
-    from bionemo.recipes.interrupts import TrainingInterrupted
+    from bionemo.recipes.interrupts import TrainingAborted, TrainingInterrupted
 
 __all__ = ["run_app"]
 
@@ -138,10 +143,21 @@ def _run(
         raise typer.BadParameter(str(error), param_hint=f"'{error.option}'") from None
     except _training_interrupted() as stop:  # evaluated only when something other than a SettingsError is raised
         if stop.report:
-            # the rerun drops --no-resume; a config file's "resume: false" the user has to change
-            config_says_no = not RunSettings.resolve(file, {**overrides, "resume": None}).resume
-            typer.echo(_interrupted(stop, _rerun_command(ctx), config=file if config_says_no else None), err=True)
+            typer.echo(_interrupted(stop, file, overrides, ctx), err=True)
         raise typer.Exit(128 + int(stop.signal)) from None
+    except (KeyboardInterrupt, SystemExit) as error:
+        if not _is_ctrl_c(error):
+            raise
+        aborted = _training_aborted(error)
+        if aborted is None:
+            from bionemo.recipes.trainers import is_launching_rank
+
+            if is_launching_rank():
+                typer.echo(f"bionemo run {command} stopped by SIGINT.", err=True)
+        elif aborted.report:
+            rerun = _rerun_advice(aborted.checkpoint_dir, file, overrides, ctx)
+            typer.echo(f"Training stopped at once by a second SIGINT; no checkpoint was saved{rerun}", err=True)
+        raise typer.Exit(128 + int(signal.SIGINT)) from None
     if rows:
         print_summary(f"bionemo run {command}", rows)
 
@@ -153,11 +169,57 @@ def _training_interrupted() -> "type[TrainingInterrupted]":
     return TrainingInterrupted
 
 
+def _is_ctrl_c(error: BaseException) -> bool:
+    """True for a ``KeyboardInterrupt``, and for the ``exit(1)`` Lightning turns one into once it has shut down."""
+    return isinstance(error, KeyboardInterrupt) or isinstance(error.__context__, KeyboardInterrupt)
+
+
+def _training_aborted(error: BaseException) -> "TrainingAborted | None":
+    """The second Ctrl-C that stopped training at once, behind ``error``; None if training was not stopped so."""
+    if "bionemo.recipes.interrupts" not in sys.modules:
+        return None  # training never began (and importing torch now would only delay the exit)
+    from bionemo.recipes.interrupts import aborted_by
+
+    return aborted_by(error)
+
+
+def _interrupted(
+    stop: "TrainingInterrupted", file: Path | None, overrides: dict[str, Any], ctx: typer.Context | None
+) -> str:
+    """The one line printed when training stopped on a signal: what was saved and the command that resumes."""
+    stopped = f"Training stopped by {stop.signal.name} after step {stop.step}"
+    if stop.checkpoint is None:
+        reason = f" ({stop.save_error})" if stop.save_error else ""
+        return f"{stopped}; no checkpoint was saved{reason}{_rerun_advice(stop.checkpoint_dir, file, overrides, ctx)}"
+    resume = f"Resume with: {_rerun_command(ctx)}{_enable_resume(file, overrides)}"
+    return f"{stopped}; checkpoint saved to {stop.checkpoint}. {resume}"
+
+
+def _rerun_advice(checkpoint_dir: Path, file: Path | None, overrides: dict[str, Any], ctx: typer.Context | None) -> str:
+    """The end of the line printed after a stop that saved nothing: the checkpoint a rerun resumes from, the command."""
+    from bionemo.recipes.checkpoints import resume_checkpoint
+    from bionemo.recipes.settings import RunSettings
+
+    resume_from = resume_checkpoint(RunSettings.resolve(file, overrides), checkpoint_dir)
+    if resume_from is None:
+        return f", and there is none to resume from. Rerun to start afresh: {_rerun_command(ctx)}"
+    return f". Rerun to resume from {resume_from}: {_rerun_command(ctx)}{_enable_resume(file, overrides)}"
+
+
+def _enable_resume(file: Path | None, overrides: dict[str, Any]) -> str:
+    """What to change first when the ``--config`` file says ``resume: false`` (the rerun drops ``--no-resume``)."""
+    from bionemo.recipes.settings import RunSettings
+
+    if file is None or RunSettings.resolve(file, {**overrides, "resume": None}).resume:
+        return ""
+    return f" (after setting resume: true in {file})"
+
+
 def _rerun_command(ctx: typer.Context | None) -> str:
-    """The command line that ran ``ctx``'s command, rebuilt from its options, without ``--no-resume``."""
+    """The command line that ran ``ctx``'s command, started the way this process was, without ``--no-resume``."""
     if ctx is None:
         return "the same command"
-    words = ["bionemo", "run", ctx.info_name or ctx.command.name or ""]
+    words = [*_launch_words(os.environ, sys.argv[0], _main_module()), "run", ctx.info_name or ctx.command.name or ""]
     for param in ctx.command.params:
         value = ctx.params.get(param.name or "")
         if param.name == "no_resume" or value is None or value == param.default:
@@ -171,14 +233,47 @@ def _rerun_command(ctx: typer.Context | None) -> str:
     return shlex.join(words)
 
 
-def _interrupted(stop: "TrainingInterrupted", command: str, *, config: Path | None) -> str:
-    """The one line printed when training stopped on a signal."""
-    stopped = f"Training stopped by {stop.signal.name} after step {stop.step}"
-    if stop.checkpoint is None:
-        reason = f" ({stop.save_error})" if stop.save_error else ""
-        return f"{stopped}; no checkpoint was saved{reason}. Rerun to resume from the last periodic one: {command}"
-    enable = f" (after setting resume: true in {config})" if config is not None else ""
-    return f"{stopped}; checkpoint saved to {stop.checkpoint}. Resume with: {command}{enable}"
+def _main_module() -> str | None:
+    """``bionemo.cli`` when this process is ``python -m bionemo.cli``, else None."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    return "bionemo.cli" if getattr(spec, "name", None) == "bionemo.cli.__main__" else None
+
+
+def _launch_words(environ: Mapping[str, str], argv0: str, main_module: str | None) -> list[str]:
+    """The words before ``run``: how this process was started, as the user can type them again.
+
+    Args:
+        environ: The process's environment. ``uv run`` sets ``UV_RUN_RECURSION_DEPTH`` (and ``UV``, its own path)
+            in what it starts: then the words begin ``uv run``. ``torchrun`` sets ``TORCHELASTIC_RUN_ID``: then
+            ``torchrun`` with the node and per-node process counts (``LOCAL_WORLD_SIZE``, ``GROUP_WORLD_SIZE``).
+        argv0: ``sys.argv[0]``: the ``bionemo`` script as it was run. Its name alone when ``PATH`` finds that
+            file by it, else the path as given; ``bionemo`` when it is some other program (a test, an API call).
+        main_module: The module ``python -m`` ran (:func:`_main_module`), None for the ``bionemo`` script.
+    """
+    uv = "UV_RUN_RECURSION_DEPTH" in environ
+    torchrun = "TORCHELASTIC_RUN_ID" in environ
+    path = environ.get("PATH")
+    if main_module is not None:
+        python = "python" if uv else _as_typed("python", sys.executable, path)
+        words = ["-m", main_module] if torchrun else [python, "-m", main_module]
+    elif os.path.basename(argv0) != "bionemo":
+        words = ["bionemo"]
+    else:
+        words = [argv0 if torchrun else _as_typed("bionemo", argv0, path)]  # torchrun takes a script's path
+    if torchrun:
+        nodes, per_node = environ.get("GROUP_WORLD_SIZE", "1"), environ.get("LOCAL_WORLD_SIZE", "1")
+        words = ["torchrun", f"--nnodes={nodes}", f"--nproc-per-node={per_node}", *words]
+    if uv:
+        words = [_as_typed("uv", environ.get("UV", "uv"), path), "run", *words]
+    return words
+
+
+def _as_typed(name: str, program: str, path: str | None) -> str:
+    """``name`` when ``path`` (a ``PATH`` value) finds ``program`` by it, else ``program`` itself."""
+    found = shutil.which(name, path=path)
+    if found is not None and os.path.abspath(found) == os.path.abspath(program):
+        return name
+    return program
 
 
 @run_app.command()

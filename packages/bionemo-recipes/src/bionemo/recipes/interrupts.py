@@ -13,6 +13,11 @@ ranks agree (one max-reduction of the signal number) whether any of them receive
 ``fit(ckpt_path=None)`` into ``ckpt_path="last"`` and resumes from the newest checkpoint in its folder, so a run
 told to start afresh (``--no-resume``) would continue the previous one.
 
+Wrappers deliver one interrupt more than once: ``uv run`` forwards the SIGINT that ``timeout -s INT`` or a
+scheduler sent, and the process group's own copy arrives too, milliseconds apart. Signals within
+:data:`DUPLICATE_SIGNAL_WINDOW_S` of the first are that one interrupt; a Ctrl-C after that is the user's second
+one and stops at once (:class:`TrainingAborted`), without saving.
+
 Imports Lightning: import this module inside commands, not at ``bionemo --help`` time.
 """
 
@@ -20,6 +25,7 @@ import os
 import signal
 import threading
 from pathlib import Path
+from time import monotonic, sleep
 from types import FrameType
 from typing import Any
 
@@ -28,7 +34,10 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint
 from typing_extensions import override
 
-__all__ = ["InterruptCheckpoint", "TrainingInterrupted"]
+__all__ = ["DUPLICATE_SIGNAL_WINDOW_S", "InterruptCheckpoint", "TrainingAborted", "TrainingInterrupted", "aborted_by"]
+
+DUPLICATE_SIGNAL_WINDOW_S = 1.0
+"""Seconds after the first SIGINT or SIGTERM during which further ones are copies of it, not a second Ctrl-C."""
 
 _HANDLED = (signal.SIGINT, signal.SIGTERM)
 
@@ -40,19 +49,52 @@ class TrainingInterrupted(SystemExit):
     exits with the status a shell reports for a process stopped by that signal.
     """
 
-    def __init__(self, signum: signal.Signals, step: int, *, report: bool) -> None:
+    def __init__(self, signum: signal.Signals, step: int, *, checkpoint_dir: Path, report: bool) -> None:
         """The interruption by ``signum`` after optimizer step ``step``; ``report`` on the rank that tells the user."""
         super().__init__(128 + int(signum))
         self.signal = signum
         """The signal received (by at least one rank)."""
         self.step = step
         """Optimizer steps taken: the step the checkpoint holds."""
+        self.checkpoint_dir = checkpoint_dir
+        """The folder the checkpoint goes to, beside the periodic ones."""
         self.report = report
         """True on global rank zero, the one rank that should print what happened."""
         self.checkpoint: str | None = None
         """The checkpoint saved, once :class:`InterruptCheckpoint` has written it; None if none was."""
         self.save_error: str | None = None
         """Why no checkpoint was saved, if saving failed."""
+
+
+class TrainingAborted(KeyboardInterrupt):
+    """Raised at once, wherever training is, by a second Ctrl-C: nothing is saved.
+
+    A second Ctrl-C is a SIGINT more than :data:`DUPLICATE_SIGNAL_WINDOW_S` after the first signal. A
+    ``KeyboardInterrupt``, so Lightning shuts down as it does on Ctrl-C (``on_exception`` hooks, the processes
+    its launcher started killed) and then calls ``exit(1)``: the ``SystemExit`` that comes out of ``fit`` has this
+    exception as its ``__context__``. :func:`aborted_by` finds it there, or as itself when it was raised during
+    the interrupt checkpoint's save (outside Lightning's handling).
+    """
+
+    def __init__(self, checkpoint_dir: Path, *, report: bool) -> None:
+        """A stop without saving; the periodic checkpoints in ``checkpoint_dir`` are what a rerun resumes from."""
+        super().__init__()
+        self.checkpoint_dir = checkpoint_dir
+        """The folder of the periodic and interrupt checkpoints."""
+        self.report = report
+        """True on global rank zero, the one rank that should print what happened."""
+
+
+def aborted_by(error: BaseException) -> TrainingAborted | None:
+    """The :class:`TrainingAborted` that ``error`` is, or that was being handled when ``error`` was raised."""
+    seen: set[int] = set()
+    cause: BaseException | None = error
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, TrainingAborted):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__context__
+    return None
 
 
 class InterruptCheckpoint(Checkpoint):
@@ -62,8 +104,11 @@ class InterruptCheckpoint(Checkpoint):
     is set aside for that time: it would stop each rank on its own). After every training step the ranks
     reduce the flag; once any rank has it, all raise :class:`TrainingInterrupted`, and ``on_exception`` saves
     ``dirpath/filename.ckpt`` through ``trainer.save_checkpoint`` on every rank (a megatron distributed
-    checkpoint needs them all). A second Ctrl-C stops at once, as Lightning does, without saving: the state may
-    then be mid-step. Other exceptions save nothing for the same reason.
+    checkpoint needs them all). Signals within :data:`DUPLICATE_SIGNAL_WINDOW_S` of the first (on a monotonic
+    clock) are copies of it: after the save, ``on_exception`` waits out what is left of that window before it
+    gives the signals back to their previous handlers. A Ctrl-C after the window, until the save has finished,
+    stops at once by raising :class:`TrainingAborted`, without saving: the state may then be mid-step. Other
+    exceptions save nothing for the same reason.
 
     Put this callback before the ``ModelCheckpoint`` in the callback list: it raises in ``on_train_batch_end``,
     ahead of a periodic save of the same step.
@@ -79,6 +124,7 @@ class InterruptCheckpoint(Checkpoint):
         self.filename = filename
         """The checkpoint's name without ``FILE_EXTENSION``; ``{step}`` in it becomes the step saved."""
         self._received: signal.Signals | None = None
+        self._received_at = 0.0
         self._report = False
         self._step = 0
         self._previous: dict[signal.Signals, Any] = {}
@@ -109,7 +155,12 @@ class InterruptCheckpoint(Checkpoint):
             received = int(trainer.strategy.reduce(flag, reduce_op="max").item())
         if received:
             self._step = trainer.global_step
-            raise TrainingInterrupted(signal.Signals(received), trainer.global_step, report=trainer.is_global_zero)
+            raise TrainingInterrupted(
+                signal.Signals(received),
+                trainer.global_step,
+                checkpoint_dir=Path(self.dirpath),
+                report=trainer.is_global_zero,
+            )
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -117,9 +168,16 @@ class InterruptCheckpoint(Checkpoint):
 
     @override
     def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
-        self._restore()
-        if not isinstance(exception, TrainingInterrupted):
-            return  # the state may be mid-step: the last periodic checkpoint stays the one to resume from
+        try:
+            if isinstance(exception, TrainingInterrupted):
+                self._save(trainer, exception)
+                # copies of the signal still on their way must find this handler, not Python's KeyboardInterrupt
+                sleep(max(0.0, self._received_at + DUPLICATE_SIGNAL_WINDOW_S - monotonic()))
+            # otherwise the state may be mid-step: the last periodic checkpoint stays the one to resume from
+        finally:
+            self._restore()
+
+    def _save(self, trainer: pl.Trainer, exception: TrainingInterrupted) -> None:
         try:
             trainer.save_checkpoint(self.ckpt_path)
         except Exception as error:
@@ -130,15 +188,26 @@ class InterruptCheckpoint(Checkpoint):
         exception.checkpoint = saved if os.path.exists(saved) else os.path.splitext(saved)[0]
 
     def _note(self, signum: int, frame: FrameType | None) -> None:
-        if self._received is not None and signum == signal.SIGINT:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now, through Lightning's own shutdown
-        if self._received is None and self._report:
-            name = signal.Signals(signum).name
-            # os.write: print() could re-enter a write the signal interrupted
-            os.write(2, f"\n{name} received: saving a checkpoint after this step (Ctrl-C again: stop now)\n".encode())
+        """The signal handler: note the first signal, take later ones within the window as copies of it.
+
+        Raises:
+            TrainingAborted: On a SIGINT more than :data:`DUPLICATE_SIGNAL_WINDOW_S` after the first signal.
+        """
         received = signal.Signals(signum)
-        if self._received is None or received > self._received:
-            self._received = received  # SIGTERM wins over SIGINT: the process is expected to go
+        now = monotonic()
+        if self._received is None:
+            self._received, self._received_at = received, now
+            if self._report:
+                # os.write: print() could re-enter a write the signal interrupted
+                message = (
+                    f"\n{received.name} received: saving a checkpoint after this step "
+                    "(Ctrl-C again: stop now, without saving)\n"
+                )
+                os.write(2, message.encode())
+            return
+        if received == signal.SIGINT and now - self._received_at > DUPLICATE_SIGNAL_WINDOW_S:
+            raise TrainingAborted(Path(self.dirpath), report=self._report)  # a second Ctrl-C: stop now
+        self._received = max(self._received, received)  # SIGTERM wins over SIGINT: the process is expected to go
 
     def _restore(self) -> None:
         if threading.current_thread() is threading.main_thread():
