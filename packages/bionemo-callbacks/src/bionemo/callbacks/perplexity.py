@@ -32,10 +32,11 @@ class PerplexityLoggingCallback(pl.Callback):
     ``BionemoLightningModule`` fires the same hook under Lightning's own strategies.
 
     * ``train_ppl``: per step, ``exp`` of the reduced loss (already the global token-weighted mean over
-      micro-batches and data/context-parallel ranks).
+      micro-batches and data/context-parallel ranks), on the last pipeline stage only (no collective).
     * ``val_ppl``: per validation epoch, ``exp(sum of loss sums / sum of token counts)`` over every
-      validation micro-batch of every data- and context-parallel rank: one all-reduce per epoch. Tensor
-      parallel ranks hold identical sums and are not counted twice.
+      validation micro-batch of every data- and context-parallel rank: one all-reduce over those ranks and
+      one over the pipeline stages per epoch, which every stage joins (stages before the last add zeros), so
+      every stage logs the same value. Tensor parallel ranks hold identical sums and are not counted twice.
 
     Args:
         log_train: Log ``train_ppl`` every training step.
@@ -81,9 +82,10 @@ class PerplexityLoggingCallback(pl.Callback):
 
     @override
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if trainer.sanity_checking or not self.log_val or not self.groups.is_last_stage:
+        if trainer.sanity_checking or not self.log_val:
             return
-        mean_loss = self._val_sums.mean(self.groups.data_context, device=pl_module.device)
+        groups = self.groups
+        mean_loss = self._val_sums.mean(groups.data_context, groups.pipeline, device=pl_module.device)
         self._val_sums.reset()
         if mean_loss is not None:
             pl_module.log("val_ppl", torch.exp(mean_loss), prog_bar=True, batch_size=1)
