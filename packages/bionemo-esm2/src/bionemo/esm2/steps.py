@@ -12,13 +12,15 @@ from bionemo.losses import ParallelGroups, token_cross_entropy
 __all__ = ["forward_step", "make_predict_step"]
 
 
-def forward_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+def forward_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | torch.Tensor:
     """Training / validation: ``{"token_logits": [s, b, v_local]}`` of the masked ``tokens``.
 
     Under context parallelism the logits of this rank's chunk of the sequence, as the batch's labels
-    (:func:`bionemo.esm2.data.training_data_step`).
+    (:func:`bionemo.esm2.data.training_data_step`). On a pipeline stage before the last: the stage's output
+    tensor itself (hidden states ``[s, b, h]``), which megatron's schedule sends to the next stage.
     """
-    return {"token_logits": model(batch["tokens"], batch.get("padding"), gather_context=False)}
+    output = model(batch["tokens"], batch.get("padding"), gather_context=False)
+    return {"token_logits": output} if ParallelGroups.current().is_last_stage else output
 
 
 def make_predict_step(
@@ -55,11 +57,22 @@ def make_predict_step(
     ``unpadded=True`` runs the unmasked and the masked forward on the concatenated real tokens
     (:mod:`bionemo.esm2.packing`): the same outputs without padding work (variable-length flash attention on GPUs
     in fp16 / bf16), also for the pseudo-perplexity's copies.
+
+    Under pipeline parallelism a micro-batch passes through the stages once, as one forward of the unmasked
+    sequence: a stage before the last returns its output tensor (hidden states ``[s, b, h]``, sent on by megatron's
+    schedule), the last stage the outputs above. ``perplexity`` and ``pseudo_perplexity`` (more forwards than one)
+    and ``layers`` (hidden states of every layer) need the whole model on each rank: with several pipeline stages
+    the step raises ``ValueError`` on every stage at its first call.
     """
     last = num_layers if num_layers is not None else -1
     wanted = [k for k in dict.fromkeys(layers) if k != last]
 
-    def predict_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def predict_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | torch.Tensor:
+        groups = ParallelGroups.current()
+        if groups.pipeline is not None and torch.distributed.get_world_size(groups.pipeline) > 1:
+            _check_one_forward(perplexity=perplexity, pseudo_perplexity=pseudo_perplexity, layers=wanted)
+            if not groups.is_last_stage:
+                return model(batch["tokens"], batch.get("padding"))
         out: dict[str, torch.Tensor] = {}
         real = batch["attention_mask"]
         if embeddings or logits or residues or cls or wanted:
@@ -87,6 +100,19 @@ def make_predict_step(
         return out
 
     return predict_step
+
+
+def _check_one_forward(*, perplexity: bool, pseudo_perplexity: bool, layers: Sequence[int]) -> None:
+    """Refuse, under pipeline parallelism, outputs that take more than the one forward through the stages."""
+    asked = [name for name, on in (("perplexity", perplexity), ("pseudo_perplexity", pseudo_perplexity)) if on]
+    if layers:
+        asked.append(f"layers {list(layers)}")
+    if asked:
+        raise ValueError(
+            f"prediction with pipeline parallelism computes embeddings, residue embeddings, cls and logits of the "
+            f"last layer; {', '.join(asked)} need the whole model on each rank: predict them with pipeline "
+            "parallel size 1"
+        )
 
 
 def _masked_perplexity(model: Any, batch: dict[str, torch.Tensor], *, unpadded: bool) -> torch.Tensor:
