@@ -1,4 +1,4 @@
-"""Which checkpoint `--resume` picks up, on Lightning's strategies and under MegatronStrategy."""
+"""Which checkpoint a rerun resumes from, on Lightning's strategies and under MegatronStrategy."""
 
 from pathlib import Path
 from types import SimpleNamespace

@@ -56,7 +56,7 @@ def test_train_then_predict(tmp_path, logs, layout, request):
     train_s, _ = bionemo([*run, "--max-steps", "30", "--val-check-interval", "30"], logs / f"cli_train_{name}.log")
     weights = tmp_path / "run" / "model.safetensors"
     assert read_metadata(weights)["steps"] == 30
-    # --resume continues from the first run's checkpoint to the new --max-steps
+    # a rerun continues from the first run's checkpoint to the new --max-steps
     resume_s, output = bionemo(
         [*run, "--max-steps", "40", "--val-check-interval", "10"], logs / f"cli_resume_{name}.log"
     )

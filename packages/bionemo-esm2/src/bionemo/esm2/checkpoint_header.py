@@ -99,7 +99,8 @@ def refuse_training_checkpoint(path: Path) -> None:
     if path.suffix == ".ckpt" or megatron:
         run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
         raise CheckpointError(
-            f"{path} is a training checkpoint (it resumes training with --resume); --checkpoint takes model weights: "
+            f"{path} is a training checkpoint (`bionemo run train --output-dir {run}` resumes from it); "
+            "--checkpoint takes model weights: "
             f"the model.safetensors a run exports (here {run / 'model.safetensors'}) or a Hugging Face folder"
         )
 

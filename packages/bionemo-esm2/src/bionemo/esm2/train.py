@@ -77,7 +77,7 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> li
 def _fit(
     settings: RunSettings, defaults: RecipeDefaults, recipe: str, records: list, out: Path, start: Any
 ) -> list[tuple[str, str]]:
-    """Train (resuming from the newest checkpoint with ``--resume``), export the weights, return summary rows."""
+    """Train (from the output directory's newest checkpoint unless ``--no-resume``); export; the summary rows."""
     import lightning.pytorch as pl
 
     from bionemo.esm2.weights import full_state_dict

@@ -1,4 +1,4 @@
-"""Training checkpoints that ``--resume`` can find, on Lightning's strategies and under MegatronStrategy.
+"""Training checkpoints that a rerun resumes from (unless ``--no-resume``), on Lightning's strategies and megatron's.
 
 Imports Lightning: import this module inside commands, not at ``bionemo --help`` time.
 """
