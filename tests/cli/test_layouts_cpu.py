@@ -1,17 +1,21 @@
 """The same global batch trains the same demo model on one process, two DDP processes and another micro-batch size.
 
-Real `bionemo run train` runs on CPU; the two-process runs also resume (mid-epoch: the run is one pass).
+Real `bionemo run train` runs on CPU; a two-process run killed with SIGKILL (every process of it) after its first
+checkpoint and rerun ends as the uninterrupted run (mid-epoch: the run is one pass).
 """
 
 import csv
-import shutil
+import os
+import signal
+import subprocess
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors.torch import load_file
 
-from support.cli_runs import bionemo
+from support.cli_runs import BIONEMO, CPU_ONLY, bionemo
 
 pytestmark = pytest.mark.multiprocess
 
@@ -38,15 +42,32 @@ def _assert_same_weights(found: dict[str, torch.Tensor], expected: dict[str, tor
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("layouts")
-    out = {name: root / name for name in ("one", "micro8", "ddp", "ddp_resumed")}
+    out = {name: root / name for name in ("one", "micro8", "ddp", "ddp_killed")}
     bionemo(*COMMON, "--micro-batch-size", "4", "--max-steps", "6", "--output-dir", str(out["one"]), cwd=root)
     bionemo(*COMMON, "--micro-batch-size", "8", "--max-steps", "4", "--output-dir", str(out["micro8"]), cwd=root)
     ddp = ("--devices", "2", "--micro-batch-size", "4")
     bionemo(*COMMON, *ddp, "--max-steps", "4", "--output-dir", str(out["ddp"]), cwd=root)
-    shutil.copytree(out["ddp"], out["ddp_resumed"])
-    result = bionemo(*COMMON, *ddp, "--max-steps", "6", "--output-dir", str(out["ddp_resumed"]), cwd=root)
+    killed = [*COMMON, *ddp, "--max-steps", "6", "--output-dir", str(out["ddp_killed"])]
+    _kill_after_first_checkpoint(killed, out["ddp_killed"], cwd=root)
+    result = bionemo(*killed, cwd=root)
     assert "resuming from" in result.stderr
     return out
+
+
+def _kill_after_first_checkpoint(args: list[str], run: Path, cwd: Path) -> None:
+    """Start ``bionemo *args`` and SIGKILL all its processes (both ranks) once a checkpoint is written."""
+    process = subprocess.Popen(
+        [*BIONEMO, *args], cwd=cwd, env=CPU_ONLY, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )  # fmt: skip
+    deadline = time.time() + 300
+    while not (run / "checkpoints" / "last.ckpt").exists():
+        assert process.poll() is None, "training ended before it could be killed"
+        assert time.time() < deadline, "no checkpoint appeared"
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert not (run / "model.safetensors").exists()
 
 
 def test_one_process_accumulating_is_the_reference(runs):
@@ -63,13 +84,13 @@ def test_same_losses_and_weights_on_other_layouts(runs, layout):
         assert loss == pytest.approx(reference[step], rel=2e-4), step
 
 
-def test_ddp_resumed_mid_run_ends_as_the_uninterrupted_run(runs):
+def test_ddp_killed_and_rerun_ends_as_the_uninterrupted_run(runs):
     reference = _losses(runs["one"])
-    found = _losses(runs["ddp_resumed"])
+    found = _losses(runs["ddp_killed"])
     assert sorted(found) == list(range(6))
     for step, loss in found.items():
         assert loss == pytest.approx(reference[step], rel=2e-4), step
-    _assert_same_weights(_weights(runs["ddp_resumed"]), _weights(runs["one"]))
+    _assert_same_weights(_weights(runs["ddp_killed"]), _weights(runs["one"]))
 
 
 def test_settings_file_reruns_the_same_settings(runs):

@@ -202,3 +202,26 @@ def test_validation_interval_counts_optimizer_steps_while_accumulating():
     )
     trainer.fit(make_module(), datamodule=data)
     assert seen.at == [2, 4]
+
+
+def test_resuming_a_mid_epoch_checkpoint_keeps_the_steps_whole(tmp_path):
+    """A checkpoint saved after a step's last micro-batch resumes at the next step's first micro-batch."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    def fit(max_steps: int, ckpt_path=None) -> StepLosses:
+        torch.manual_seed(0)
+        recorder = StepLosses()
+        saver = ModelCheckpoint(dirpath=tmp_path, filename="step{step}", every_n_train_steps=2, save_top_k=-1)
+        trainer = pl.Trainer(
+            accelerator="cpu", max_steps=max_steps, limit_val_batches=0, logger=False, enable_progress_bar=False,
+            enable_model_summary=False, callbacks=[recorder, saver],
+        )  # fmt: skip
+        data = MegatronDataModule(train=RaggedLossMask(48), micro_batch_size=2, global_batch_size=8, seq_length=16)
+        trainer.fit(make_module(lr=1e-2), datamodule=data, ckpt_path=ckpt_path)
+        return recorder
+
+    whole = fit(4)
+    (mid,) = tmp_path.glob("step*2.ckpt")
+    rest = fit(4, ckpt_path=mid)
+    assert rest.samples == whole.samples[2:]
+    assert rest.losses == pytest.approx(whole.losses[2:], rel=1e-5)

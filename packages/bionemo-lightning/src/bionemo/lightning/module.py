@@ -233,6 +233,11 @@ class BionemoLightningModule(
         return self._step_runner().configure_optimizers(self, megatron_parallel)
 
     @override
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Let the step runner adjust the checkpoint before the trainer restores its loops from it."""
+        self._step_runner().on_load_checkpoint(self, checkpoint)
+
+    @override
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
         """Finish the step (Lightning's strategies): token-weighted gradients over the global batch, its loss logged.
 

@@ -76,6 +76,10 @@ class StepRunner(Protocol):
         """The DataLoader class (or factory) for ``mode`` (``train``, ``validation``, ``test``, ``predict``)."""
         ...
 
+    def on_load_checkpoint(self, module: "BionemoLightningModule", checkpoint: dict[str, Any]) -> None:
+        """Adjust a checkpoint being loaded before the trainer restores its loops from it."""
+        ...
+
     def training_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
         """What ``training_step`` returns: the model output (Megatron) or the loss to minimize (Lightning)."""
         ...
@@ -224,6 +228,20 @@ class LightningStepRunner:
     def dataloader(self, mode: str) -> Callable[..., DataLoader]:
         """Torch's DataLoader."""
         return DataLoader
+
+    def on_load_checkpoint(self, module: "BionemoLightningModule", checkpoint: dict[str, Any]) -> None:
+        """Count the batch a mid-epoch checkpoint was saved after as completed, so the resumed loop is in step.
+
+        Checkpoints saved in ``on_train_batch_end`` (periodic and interrupt ones) record that batch as processed
+        but not completed; Lightning 2.4 resumes at the last completed batch (``reset_on_restart``), one batch
+        behind the samples the sampler serves. With gradient accumulation that would shift every later optimizer
+        step by a micro-batch.
+        """
+        loops = checkpoint.get("loops", {}).get("fit_loop", {})
+        progress = loops.get("epoch_loop.batch_progress")
+        for part in ("current", "total") if progress else ():
+            counts = progress[part]
+            counts["completed"] = max(counts["completed"], counts["processed"])
 
     def training_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
         """The loss to back-propagate for one micro-batch of the step's global batch.

@@ -85,6 +85,9 @@ class MegatronStepRunner:
 
         return functools.partial(WrappedDataLoader, mode=mode)
 
+    def on_load_checkpoint(self, module: "BionemoLightningModule", checkpoint: dict[str, Any]) -> None:
+        """Nothing: NeMo's data sampler resumes from the consumed samples (one Lightning batch is one step)."""
+
     def training_step(self, module: "BionemoLightningModule", batch: Any) -> Any:
         """The model output for this micro-batch."""
         return module.forward_step(batch)
