@@ -53,6 +53,7 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     except InputError as error:
         raise SettingsError(str(error), "--data") from None
     layers = absolute_layers(settings.layer, header.model["num_layers"])
+    _check_pipeline_outputs(settings, layers, header.model["num_layers"])
     _check_budget(settings.tokens_per_batch, records)
     settings = settings.model_copy(update={"unpadded": _unpadded(settings)})
     out = settings.output_dir or Path("bionemo_predictions")
@@ -60,6 +61,35 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     checkpoint = checked_checkpoint(header.path)  # the tensors: NaN/Inf and what only reading them shows
     check_output_dir(out)
     return _predict(settings, defaults, recipe, checkpoint, records, out, layers)
+
+
+def _check_pipeline_outputs(settings: RunSettings, layers: list[int], num_layers: int) -> None:
+    """What pipeline-parallel prediction cannot do yet, refused before anything starts.
+
+    Each micro-batch runs one forward pass through the stages: the perplexities (a masked copy, or one copy per
+    residue) and intermediate layers (held by earlier stages) need more; and several model replicas could leave
+    one of them an empty share of the last batch, which the stages cannot pass on.
+    """
+    if settings.pipeline_parallel == 1:
+        return
+    given = f"--pipeline-parallel {settings.pipeline_parallel}"
+    unsupported = [i.value for i in settings.include if i in (Include.PERPLEXITY, Include.PSEUDO_PERPLEXITY)]
+    if unsupported:
+        raise SettingsError(
+            f"{given} predicts embeddings, residue embeddings, cls and logits, not {', '.join(unsupported)} "
+            "(perplexities need more than one forward pass per batch); give --include without them "
+            "(the default includes perplexity), or predict with --pipeline-parallel 1",
+            "--include",
+        )
+    inner = [layer for layer in layers if layer != num_layers]
+    if inner:
+        raise SettingsError(f"{given} outputs the last layer only, not --layer {inner[0]}", "--layer")
+    if settings.data_parallel_size() > 1:
+        raise SettingsError(
+            f"{given} predicts with one model replica: give --devices x --num-nodes = tensor x pipeline x context "
+            f"parallel = {settings.model_parallel_size()}",
+            "--devices",
+        )
 
 
 def _check_budget(tokens_per_batch: int | None, records: list) -> None:
