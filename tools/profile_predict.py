@@ -63,10 +63,16 @@ def time_ours(shape: str, fusions: bool, ids: torch.Tensor, mask: torch.Tensor, 
     model = build(shape, fusions)
     step = make_predict_step(embeddings=True, logits=False, perplexity=False, unpadded=unpadded)
     inputs = {"tokens": ids, "attention_mask": mask, "padding": mask, "host_lengths": mask.sum(1).cpu()}
+
+    def embeddings() -> torch.Tensor:
+        outputs = step(model, inputs)
+        assert isinstance(outputs, dict)  # the whole model (no pipeline stage) returns its outputs by name
+        return outputs["embeddings"].cpu()
+
     with torch.inference_mode():
-        ours = timed(lambda: step(model, inputs)["embeddings"].cpu())
+        ours = timed(embeddings)
         with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CUDA]) as prof:
-            step(model, inputs)["embeddings"].cpu()
+            embeddings()
         print(f"unpadded={unpadded}")
         print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=25, max_name_column_width=70))
     return ours
