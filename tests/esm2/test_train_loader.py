@@ -12,6 +12,6 @@ from bionemo.recipes.settings import RunSettings
 def test_loader_options_follow_the_accelerator(chosen, workers, pinned):
     records = [SequenceRecord(f"s{i}", "MKTAYIAKQR") for i in range(8)]
     settings = RunSettings(accelerator=chosen)  # pyright: ignore[reportArgumentType]
-    data = train._data(settings, gpu().defaults, records[:6], records[6:], max_steps=2, megatron=chosen == "gpu")
+    data = train._data(settings, gpu().defaults, records[:6], records[6:], max_steps=2)
     assert (data.num_workers, data.pin_memory) == (workers, pinned)
     assert train.TRAIN_WORKERS > 0
