@@ -27,7 +27,9 @@ SHARED = {
     "--micro-batch-size", "--global-batch-size", "--truncate", "--verbose",
 }  # fmt: skip
 TRAIN_ONLY = {"--max-steps", "--val-check-interval", "--lr", "--no-resume", "--seed"}
-PREDICT_ONLY = {"--include", "--write-interval", "--layer", "--output-dtype", "--tokens-per-batch", "--unpadded"}
+PREDICT_ONLY = {
+    "--include", "--write-interval", "--layer", "--output-dtype", "--tokens-per-batch", "--unpadded", "--overwrite",
+}  # fmt: skip
 
 
 def option_names(command_name: str) -> set[str]:

@@ -172,7 +172,10 @@ def test_a_rerun_with_other_outputs_does_not_reuse_shards(tmp_path):
 
     (out / "shards" / STAMP).write_text(json.dumps({"fingerprint": "another run"}))
     shard(out / "shards" / "predictions_rank0_sample0.safetensors", [0, 1, 2, 3], cls=torch.zeros(4, 64))
-    result, out = predict(tmp_path, "out", "--data", str(fasta), "--include", "embeddings")
+    refused, out = predict(tmp_path, "out", "--data", str(fasta), "--include", "embeddings")
+    assert refused.exit_code == 2, refused.output
+    assert "--overwrite" in refused.output
+    result, out = predict(tmp_path, "out", "--data", str(fasta), "--include", "embeddings", "--overwrite")
     assert result.exit_code == 0, result.output
     _, tensors = read_predictions(out / "predictions.safetensors")
     assert set(tensors) == {"sample_index", "embeddings"}

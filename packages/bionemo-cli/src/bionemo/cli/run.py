@@ -342,8 +342,15 @@ def predict(
     layer: LayerOpt = None,
     output_dtype: OutputDtypeOpt = None,
     unpadded: UnpaddedOpt = None,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Replace another run's predictions in --output-dir (default: refuse; the same run resumes).",
+        ),
+    ] = False,
 ) -> None:
     """Predict per-sequence outputs; with no options, the bundled demo sequences with the bundled weights."""
     overrides = {k: v for k, v in locals().items() if k not in ("config", "verbose")}
-    overrides.update(truncate=truncate or None)  # unset flags (None): the config decides
+    overrides.update(truncate=truncate or None, overwrite=overwrite or None)  # unset flags (None): the config decides
     _run("predict", config, overrides, verbose)

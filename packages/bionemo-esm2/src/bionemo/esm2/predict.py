@@ -28,6 +28,7 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     position 0, zeros beyond ``<eos>``) and with ``--include perplexity`` the masked-token ``perplexity [n]``
     (15% of residues masked, the mask drawn from the sequence itself).
     """
+    from bionemo.esm2.prediction_shards import PREDICTIONS, check_previous_outputs, fingerprint
     from bionemo.esm2.readers import InputError, read_sequences
     from bionemo.esm2.recipes import BUNDLED_CHECKPOINT, BUNDLED_SEQUENCES
     from bionemo.esm2.train import check_same_shape
@@ -58,9 +59,23 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     settings = settings.model_copy(update={"unpadded": _unpadded(settings)})
     out = settings.output_dir or Path("bionemo_predictions")
     check_output_dir(out, create=False)
+    stamp = fingerprint(header.path, records, _outputs(settings, layers))
+    replaced = check_previous_outputs(out, stamp, overwrite=settings.overwrite)
     checkpoint = checked_checkpoint(header.path)  # the tensors: NaN/Inf and what only reading them shows
     check_output_dir(out)
-    return _predict(settings, defaults, recipe, checkpoint, records, out, layers)
+    if replaced:
+        (out / PREDICTIONS).unlink(missing_ok=True)  # a stale file must not outlive --overwrite's interrupted run
+    return _predict(settings, defaults, recipe, checkpoint, records, out, layers, stamp)
+
+
+def _outputs(settings: RunSettings, layers: list[int]) -> dict[str, Any]:
+    """The settings that decide what each prediction holds (part of the run's fingerprint)."""
+    return {
+        "include": sorted(i.value for i in settings.include),
+        "layers": layers,
+        "output_dtype": settings.output_dtype.value,
+        "precision": settings.precision.value if settings.precision else "32",
+    }
 
 
 def _check_pipeline_outputs(settings: RunSettings, layers: list[int], num_layers: int) -> None:
@@ -173,30 +188,24 @@ def _predict(
     records: list,
     out: Path,
     layers: list[int],
+    stamp: str,
 ) -> list[tuple[str, str]]:
     from bionemo.callbacks import prediction_files
-    from bionemo.esm2.prediction_shards import fingerprint, finished_samples, remaining
+    from bionemo.esm2.prediction_shards import FINGERPRINT_KEY, PREDICTIONS, finished_samples, remaining
     from bionemo.recipes.outputs import assemble_predictions
     from bionemo.recipes.trainers import is_launching_rank
 
     shards = out / "shards"
-    outputs = {
-        "include": sorted(i.value for i in settings.include),
-        "layers": layers,
-        "output_dtype": settings.output_dtype.value,
-        "precision": settings.precision.value if settings.precision else "32",
-    }
-    stamp = fingerprint(checkpoint.path, records, outputs)
     todo = remaining(len(records), finished_samples(shards, stamp, owner=is_launching_rank()))
     timing = _run_prediction(settings, defaults, checkpoint, records, todo, shards, layers) if todo else {}
     if not is_launching_rank() or timing.get("rank", 0) != 0:
         return []
     path = assemble_predictions(
-        out / "predictions.safetensors",
+        out / PREDICTIONS,
         prediction_files(shards),
         [len(r.sequence) for r in records],
         [r.id for r in records],
-        {"recipe": json.dumps(recipe), "checkpoint": json.dumps(str(checkpoint.path))},
+        {"recipe": json.dumps(recipe), "checkpoint": json.dumps(str(checkpoint.path)), FINGERPRINT_KEY: stamp},
     )
     shutil.rmtree(shards, ignore_errors=True)
     return _summarize(settings, checkpoint, records, out, path, timing, resumed=len(records) - len(todo))

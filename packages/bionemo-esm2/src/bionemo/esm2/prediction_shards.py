@@ -15,9 +15,12 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["finished_samples", "fingerprint", "remaining"]
+__all__ = ["PREDICTIONS", "check_previous_outputs", "finished_samples", "fingerprint", "remaining"]
 
 STAMP = "run.json"
+PREDICTIONS = "predictions.safetensors"
+FINGERPRINT_KEY = "fingerprint"
+"""The metadata key of ``predictions.safetensors`` holding the fingerprint of the run that wrote it."""
 
 
 def fingerprint(checkpoint: Path, records: Iterable[Any], outputs: dict[str, Any]) -> str:
@@ -45,11 +48,7 @@ def finished_samples(shards: Path, stamp: str, *, owner: bool) -> set[int]:
     from bionemo.callbacks import prediction_files
 
     recorded = shards / STAMP
-    try:
-        same = json.loads(recorded.read_text()).get("fingerprint") == stamp
-    except (OSError, ValueError):
-        same = False
-    if not same:
+    if _recorded(recorded) != stamp:
         if owner:
             shutil.rmtree(shards, ignore_errors=True)
             shards.mkdir(parents=True)
@@ -70,3 +69,48 @@ def finished_samples(shards: Path, stamp: str, *, owner: bool) -> set[int]:
 def remaining(count: int, done: set[int]) -> Sequence[int]:
     """Input positions ``0..count-1`` not in ``done``, in order."""
     return [i for i in range(count) if i not in done]
+
+
+def check_previous_outputs(out: Path, stamp: str, *, overwrite: bool) -> str | None:
+    """Refuse to replace another run's predictions in ``out``; what ``--overwrite`` replaces, or None.
+
+    ``out`` may hold this run's own outputs (the same fingerprint ``stamp``: an interrupted run's shards to
+    resume, or a finished file that a rerun writes again, identically) or none. Anything else, a finished
+    ``predictions.safetensors`` or an interrupted run's shards of other inputs, checkpoint or outputs, is
+    refused unless ``overwrite``. Reads headers only (no torch), so it runs before anything heavy.
+
+    Raises:
+        SettingsError: ``out`` holds another run's predictions and ``overwrite`` is false.
+    """
+    from bionemo.core.safetensors_header import SafetensorsHeaderError, read_safetensors_header
+    from bionemo.recipes.settings import SettingsError
+
+    found = []
+    shards = out / "shards"
+    if any(shards.glob("predictions_rank*.safetensors")) and _recorded(shards / STAMP) != stamp:
+        found.append(f"an interrupted prediction of other inputs or settings ({shards})")
+    finished = out / PREDICTIONS
+    if finished.is_file():
+        try:
+            metadata = read_safetensors_header(finished).metadata
+        except (OSError, SafetensorsHeaderError):
+            metadata = {}
+        if metadata.get(FINGERPRINT_KEY) != stamp:
+            count = len(json.loads(metadata.get("ids", "[]")))
+            found.append(f"{count:,} predictions of other inputs or settings ({finished})")
+    if not found:
+        return None
+    if not overwrite:
+        raise SettingsError(
+            f"--output-dir {out} already holds {' and '.join(found)}; give --overwrite to replace them, "
+            "or another --output-dir (a rerun of the same command resumes or rewrites its own outputs)",
+            "--output-dir",
+        )
+    return " and ".join(found)
+
+
+def _recorded(stamp_file: Path) -> str | None:
+    try:
+        return json.loads(stamp_file.read_text()).get("fingerprint")
+    except (OSError, ValueError, AttributeError):
+        return None

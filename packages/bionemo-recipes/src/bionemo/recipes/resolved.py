@@ -15,7 +15,7 @@ __all__ = ["SETTINGS_FILE", "resolved_training_settings", "save_settings"]
 SETTINGS_FILE = "settings.yaml"
 """The file in a run's output directory that holds its resolved settings (a valid ``--config``)."""
 
-_PREDICT_ONLY = ("include", "write_interval", "tokens_per_batch", "layer", "output_dtype", "unpadded")
+_PREDICT_ONLY = ("include", "write_interval", "tokens_per_batch", "layer", "output_dtype", "unpadded", "overwrite")
 _TRAIN_ONLY = ("max_steps", "val_check_interval", "lr", "resume", "seed", "model", "global_batch_size")
 
 

@@ -65,6 +65,8 @@ class RunSettings(BaseModel):
     layer: list[int] = Field(default_factory=list)
     """Extra layers to output (0 = embedding output, num_layers = after the final LayerNorm, negatives from the end)."""
     output_dtype: OutputDtype = OutputDtype.FLOAT32
+    overwrite: bool = False
+    """Replace another run's predictions in ``output_dir`` (without it such a folder is refused)."""
     unpadded: bool | None = None
     """Predict on the sequences concatenated without padding (variable-length flash attention: GPUs, bf16/fp16);
     ``None``: wherever the run can (one model replica per GPU, CUDA, bf16/fp16, a torch with varlen attention)."""
