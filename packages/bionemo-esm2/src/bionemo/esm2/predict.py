@@ -8,7 +8,7 @@ from typing import Any
 
 from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, model_config
 from bionemo.esm2._measured import finite, shown
-from bionemo.recipes.registry import RecipeDefaults
+from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import Include, Precision, RunSettings, SettingsError
 
 __all__ = ["predict"]
@@ -19,7 +19,7 @@ per sequence, so a 65,536-token batch of ~240 proteins takes 50-85 ms of one cor
 embed it at 150M; two workers left the loop waiting 12 ms per batch (tools/profile_predict_loop.py)."""
 
 
-def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> list[tuple[str, str]]:
+def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> SummaryRows:
     """Predict ``--data`` (default: the bundled demo sequences) with ``--checkpoint`` (default: bundled weights).
 
     Writes ``predictions.safetensors`` (rows in input order, sequence ids in the metadata): ``embeddings``
@@ -189,7 +189,7 @@ def _predict(
     out: Path,
     layers: list[int],
     stamp: str,
-) -> list[tuple[str, str]]:
+) -> SummaryRows:
     from bionemo.callbacks import prediction_files
     from bionemo.esm2.prediction_shards import FINGERPRINT_KEY, PREDICTIONS, finished_samples, remaining
     from bionemo.recipes.outputs import assemble_predictions
@@ -331,7 +331,7 @@ def _summarize(
     path: Path,
     timing: dict[str, Any],
     resumed: int,
-) -> list[tuple[str, str]]:
+) -> SummaryRows:
     """Write ``summary.json`` and return the summary rows printed at the end."""
     from safetensors import safe_open
 
@@ -369,11 +369,11 @@ def _summarize(
     return [
         *rows,
         *_speed_rows(summary),
-        ("checkpoint", f"{checkpoint.path} ({checkpoint.source})"),
         *(("note", note) for note in checkpoint.notes),
-        ("predictions (safetensors)", str(path)),
         ("contents", ", ".join(["sequence ids", *keys])),
-        ("summary", str(out / "summary.json")),
+        (f"checkpoint ({checkpoint.source})", checkpoint.path),
+        ("predictions (safetensors)", path),
+        ("summary", out / "summary.json"),
     ]
 
 

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 from bionemo.esm2.catalog import DEMO_SHAPE, ESM2_SHAPES, GPU_SHAPE, ModelShape
 from bionemo.recipes.choices import Precision
-from bionemo.recipes.registry import RecipeDefaults
+from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 
 if TYPE_CHECKING:
     from bionemo.recipes.settings import RunSettings
@@ -114,13 +114,13 @@ class ESM2Recipe:
         """The recipe's model settings (``defaults.model``), typed."""
         return cast(ESM2ModelSettings, self.defaults.model)
 
-    def train(self, settings: "RunSettings") -> list[tuple[str, str]]:
+    def train(self, settings: "RunSettings") -> SummaryRows:
         """``bionemo run train``: see :func:`bionemo.esm2.train.train`."""
         from bionemo.esm2.train import train
 
         return train(settings, defaults=self.defaults, recipe=self.name)
 
-    def predict(self, settings: "RunSettings") -> list[tuple[str, str]]:
+    def predict(self, settings: "RunSettings") -> SummaryRows:
         """``bionemo run predict``: see :func:`bionemo.esm2.predict.predict`."""
         from bionemo.esm2.predict import predict
 

@@ -11,7 +11,7 @@ from typing import Any
 from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, datamodule, model_config
 from bionemo.esm2._measured import finite, shown
 from bionemo.esm2.recipes import MODEL_KEYS
-from bionemo.recipes.registry import RecipeDefaults
+from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
 __all__ = ["check_same_shape", "train"]
@@ -26,7 +26,7 @@ of a step the smaller the model. At the 650M shape (micro-batches of 16 x 1026, 
 _SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
 
 
-def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> list[tuple[str, str]]:
+def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> SummaryRows:
     """Train on ``--data`` (default: freshly generated demo families) and export ``model.safetensors``.
 
     With ``--checkpoint`` training starts from those weights (continued pretraining / fine-tuning); the
@@ -76,7 +76,7 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> li
 
 def _fit(
     settings: RunSettings, defaults: RecipeDefaults, recipe: str, records: list, out: Path, start: Any
-) -> list[tuple[str, str]]:
+) -> SummaryRows:
     """Train (from the output directory's newest checkpoint unless ``--no-resume``); export; the summary rows."""
     import lightning.pytorch as pl
 
@@ -211,7 +211,7 @@ def _export(
     start: Any,
     baseline_file: Path,
     sizes: str,
-) -> list[tuple[str, str]]:
+) -> SummaryRows:
     """Write ``model.safetensors`` (with what the run measured) and the curve; the summary rows (rank 0)."""
     import torch
 
@@ -245,7 +245,7 @@ def _export(
     starting = "starting" if start is not None else "untrained"
     return [
         ("recipe", recipe),
-        ("started from", "random initialisation" if start is None else f"{start.path} ({start.source})"),
+        ("started from", "random initialisation") if start is None else (f"started from ({start.source})", start.path),
         ("steps", str(trainer.global_step)),
         ("precision", _precision_label(settings)),
         ("batch", _batch_label(settings)),
@@ -253,11 +253,11 @@ def _export(
         ("final train loss", shown(metrics.get("reduced_train_loss"), 4)),
         ("validation perplexity", shown(val_ppl, 3)),
         (f"{starting} model's validation perplexity", shown(untrained_ppl, 3)),
-        ("weights", str(weights)),
-        ("checkpoints (resume)", str(out / "checkpoints")),
-        ("logs (CSV, TensorBoard)", str(out / "logs")),
-        ("loss / perplexity curve", str(plot) if plot else "not written (no metrics)"),
-        ("settings (rerun with --config)", str(out / "settings.yaml")),
+        ("weights", weights),
+        ("checkpoints (resume)", out / "checkpoints"),
+        ("logs (CSV, TensorBoard)", out / "logs"),
+        ("loss / perplexity curve", plot or "not written (no metrics)"),
+        ("settings (rerun with --config)", out / "settings.yaml"),
     ]
 
 

@@ -12,6 +12,7 @@ import inspect
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal, Protocol, overload, runtime_checkable
 
@@ -24,12 +25,17 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "Recipe",
     "RecipeDefaults",
+    "SummaryRows",
     "available_recipes",
     "load_recipe",
     "register_fallback_recipes",
 ]
 
 ENTRY_POINT_GROUP = "bionemo.recipes"
+
+SummaryRows = list[tuple[str, str | Path]]
+"""What a recipe's command reports at the end: (name, text) rows, and (name, path) rows for the files it wrote
+(printed whole, below the table)."""
 
 _FALLBACK: dict[str, str] = {}
 """Recipes registered with :func:`register_fallback_recipes`: found when sources run without installed metadata
@@ -134,11 +140,11 @@ class Recipe(Protocol):
         """Default values of the run settings and the model hyper-parameters."""
         ...
 
-    def train(self, settings: "RunSettings") -> list[tuple[str, str]]:
+    def train(self, settings: "RunSettings") -> SummaryRows:
         """Run training; the summary rows (empty on ranks other than the first)."""
         ...
 
-    def predict(self, settings: "RunSettings") -> list[tuple[str, str]]:
+    def predict(self, settings: "RunSettings") -> SummaryRows:
         """Run prediction; the summary rows (empty on ranks other than the first)."""
         ...
 
