@@ -90,7 +90,7 @@ def read_checkpoint_header(path: Path) -> CheckpointHeader:
 
 
 def refuse_training_checkpoint(path: Path) -> None:
-    """Training checkpoints (Lightning ``.ckpt``, megatron ``step<N>/``) are for ``--resume``, not model weights.
+    """Training checkpoints (Lightning ``.ckpt``, megatron ``step<N>/``) resume their run, they are not model weights.
 
     Raises:
         CheckpointError: ``path`` is one, naming the weights file the run exported instead.
@@ -155,9 +155,20 @@ def _hf_header(folder: Path) -> CheckpointHeader:
 def _bionemo_header(path: Path) -> CheckpointHeader:
     try:
         header = read_safetensors_header(path)
-        metadata = {key: json.loads(value) for key, value in header.metadata.items()}
-    except (OSError, SafetensorsHeaderError, json.JSONDecodeError) as error:
+    except (OSError, SafetensorsHeaderError) as error:
         raise CheckpointError(f"checkpoint {path} is not a readable safetensors file: {error}") from None
+    # Hugging Face's names: ``esm.`` (EsmForMaskedLM, EsmFor*Classification) or ``encoder.layer.`` (EsmModel)
+    if any(name.startswith(("esm.", "encoder.layer.")) for name in header.tensors):
+        folder = path.parent
+        where = f"its folder {folder}" if (folder / "config.json").is_file() else "the folder it came in"
+        raise CheckpointError(
+            f"{path} is a Hugging Face weights file; --checkpoint takes the whole Hugging Face folder (config.json, "
+            f"weights, vocab.txt): give {where}"
+        )
+    try:
+        metadata = {key: json.loads(value) for key, value in header.metadata.items()}
+    except json.JSONDecodeError:
+        metadata = {}
     if not isinstance(metadata.get("model"), dict):
         raise CheckpointError(f"checkpoint {path} has no model config in its metadata; was it written by bionemo?")
     model = {**ESM_DEFAULTS, "vocab_size": metadata.get("vocab_size", 33), **metadata["model"]}
