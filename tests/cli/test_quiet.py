@@ -11,6 +11,7 @@ import pytest
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
 from bionemo.cli._quiet import quiet_libraries
+from bionemo.core.import_notes import SHOW_IMPORT_NOTES
 from bionemo.esm2.readers import read_sequences
 from bionemo.esm2.recipes import BUNDLED_SEQUENCES
 
@@ -116,7 +117,9 @@ def state() -> tuple:
     return list(warnings.filters), levels, logging.getLogger("nemo_logger").filters[:]
 
 
-def test_verbose_changes_nothing():
+def test_verbose_changes_nothing_and_shows_the_import_notes(monkeypatch):
+    monkeypatch.delenv(SHOW_IMPORT_NOTES, raising=False)  # restored after the test
     before = state()
     quiet_libraries(verbose=True)
     assert state() == before
+    assert os.environ[SHOW_IMPORT_NOTES] == "1"  # bionemo's packages then leave megatron's and NeMo's notes

@@ -1,16 +1,17 @@
-"""Keep the libraries' start-up chatter off the terminal of ``bionemo run``; ``--verbose`` lets it through.
+"""Keep the libraries' chatter off the terminal of ``bionemo run``; ``--verbose`` lets it through.
 
-Only the CLI calls :func:`quiet_libraries`: the library packages never touch warning filters or logger levels,
-so code that imports them sees everything torch, Lightning, NeMo and megatron-core have to say.
-
-What is silenced is named one by one: import-time notes about optional accelerators (Apex, Transformer
-Engine, CUDA) and telemetry, Lightning's informational lines, hints addressed to the authors of the model
-code, and deprecation notices raised inside the libraries. Errors, bionemo's own messages and any other
-warning still reach stderr.
+The notes megatron-core, NeMo and torch print while they are imported are hidden wherever bionemo is imported,
+by :mod:`bionemo.core.import_notes` (the one list of them); this module adds what only the command hides:
+Lightning's informational lines, hints addressed to the authors of the model code, deprecation notices raised
+inside the libraries, and megatron-core's and OneLogger's log lines below errors. Errors, bionemo's own messages
+and any other warning still reach stderr.
 """
 
 import logging
+import os
 import warnings
+
+from bionemo.core.import_notes import SHOW_IMPORT_NOTES, quiet_import_notes
 
 __all__ = ["quiet_libraries"]
 
@@ -18,12 +19,6 @@ __all__ = ["quiet_libraries"]
 # category ``Warning``, not ``UserWarning``: NeMo's warning hook drops *every* warning of a category that has
 # any "ignore" filter, so a filter on ``UserWarning`` itself would hide unrelated warnings too.
 _IGNORED_MESSAGES = (
-    # megatron-core at import on machines without Apex / Transformer Engine: it falls back to torch code.
-    r"Apex is not installed",
-    r"Transformer Engine and Apex are not installed",
-    r"Transformer Engine is not installed",
-    # megatron-core's inference unified-memory pool, never used by bionemo, cannot be built without a GPU.
-    r"Failed to create unified memory mempool",
     # Lightning hints for module authors: bionemo's modules reduce their metrics and shard data themselves.
     r"It is recommended to use `self\.log\(.*sync_dist=True",
     r"Using `DistributedSampler` with the dataloaders\. During `trainer\.(validate|test)\(\)`",
@@ -44,9 +39,9 @@ _LIBRARY_MODULES = (
 )
 _DEPRECATIONS: tuple[type[Warning], ...] = (DeprecationWarning, PendingDeprecationWarning, FutureWarning)
 
-# Loggers whose warnings are import-time notes (megatron's "... has reached end of life", OneLogger's
-# telemetry set-up, torch's "No CUDA runtime is found, using CUDA_HOME=..."): only errors pass.
-_ERRORS_ONLY = ("megatron", "nv_one_logger", "torch.utils.cpp_extension")
+# Loggers whose warnings and notes are for the libraries' developers (megatron-core's, NeMo's telemetry set-up when a
+# Trainer is built): only errors pass.
+_ERRORS_ONLY = ("megatron", "nv_one_logger")
 # Lightning's informational lines ("GPU available: ...", "`Trainer.fit` stopped: ...", "Initializing
 # distributed: ...", "LOCAL_RANK: 0 - CUDA_VISIBLE_DEVICES: ...") come from these loggers; their warnings pass.
 # Lightning sets its package logger ("lightning.pytorch") to INFO when first imported, so the level is set
@@ -70,10 +65,14 @@ def quiet_libraries(verbose: bool = False) -> None:
     silenced warnings are raised while those modules are imported. Nothing is imported here.
 
     Args:
-        verbose: Change nothing, so that every library line shows (``--verbose``).
+        verbose: Change no filter or logger, so that every library line shows (``--verbose``); the environment
+            then holds ``BIONEMO_SHOW_IMPORT_NOTES=1``, so that this process and those it starts also show the
+            import notes bionemo's packages hide.
     """
     if verbose:
+        os.environ[SHOW_IMPORT_NOTES] = "1"
         return
+    quiet_import_notes()
     for message in _IGNORED_MESSAGES:
         warnings.filterwarnings("ignore", message=message, category=Warning)
     for category in _DEPRECATIONS:

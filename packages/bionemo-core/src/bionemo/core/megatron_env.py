@@ -6,11 +6,14 @@ fails each time. :mod:`bionemo.core.skip_unified_memory_build` skips that build 
 off). Where it is not applied (another megatron-core version, or switched off) and the machine has ``nvcc`` but no
 GPU, the build raises ``IndexError`` (no device to read an arch from), which megatron does not catch: an explicit
 arch list and a missing ``CUDA_HOME`` make it fail cleanly instead.
+
+It also hides the notes megatron-core and NeMo print while they are imported (:mod:`bionemo.core.import_notes`).
 """
 
 import os
 
 from bionemo.core.cuda_devices import cuda_available
+from bionemo.core.import_notes import quiet_import_notes
 from bionemo.core.skip_unified_memory_build import skip_unified_memory_build
 
 __all__ = ["prepare_megatron_import"]
@@ -23,11 +26,13 @@ def prepare_megatron_import() -> bool:
 
     Call before the first ``import megatron.core``; imports neither torch nor megatron. Values the user already
     set are kept. Where the environment shows no GPU at all this imports nothing (see
-    ``bionemo.core.cuda_devices``); elsewhere torch decides.
+    ``bionemo.core.cuda_devices``); elsewhere torch decides. Also hides the notes megatron-core and NeMo print
+    while they are imported (:func:`bionemo.core.import_notes.quiet_import_notes`).
 
     Returns:
         ``True`` when the environment variables were set (build skip not armed, no CUDA device visible).
     """
+    quiet_import_notes()
     if skip_unified_memory_build() or cuda_available():
         return False
     os.environ.setdefault("TORCH_CUDA_ARCH_LIST", "9.0")
