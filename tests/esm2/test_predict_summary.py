@@ -64,3 +64,18 @@ def test_speed_after_the_first_batch_leaves_out_its_tokens_and_seconds():
         "tokens": 0, "predict_seconds": None, "tokens_per_second": None, "first_batch_seconds": None,
         "tokens_per_second_after_first_batch": None,
     }  # fmt: skip
+
+
+def test_the_summary_says_which_precision_prediction_computed_in_also_on_cpu(tmp_path):
+    """`--precision bf16-mixed` on a CPU applies (parameters in bf16): the summary says so, as for float32."""
+    shown = {}
+    for precision, computed in (("32", "float32"), ("bf16-mixed", "bfloat16")):
+        out = tmp_path / precision
+        args = ["run", "predict", "--include", "embeddings", "--precision", precision, "--output-dir", str(out)]
+        result = runner.invoke(app, args, env={"COLUMNS": "200"})  # the summary table on one line per row
+        assert result.exit_code == 0, result.output
+        assert f"{precision}: computed in {computed}; embeddings and logits written as float32" in result.output
+        assert json.loads((out / "summary.json").read_text())["precision"] == precision
+        with safe_open(str(out / "predictions.safetensors"), framework="pt") as f:
+            shown[precision] = f.get_tensor("embeddings")
+    assert not shown["32"].equal(shown["bf16-mixed"])  # and bf16 did run

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from bionemo.esm2.readers import DATA_FORMATS  # the standard library only: --help stays fast
 from bionemo.recipes.choices import Accelerator, Include, OutputDtype, Precision, StrategyChoice, WriteIntervalChoice
 
 if TYPE_CHECKING:
@@ -26,7 +27,7 @@ RecipeOpt = Annotated[
 ConfigOpt = Annotated[
     Path | None, typer.Option("--config", help="YAML or JSON file of settings; options given here override it.")
 ]
-DataOpt = Annotated[Path | None, typer.Option("--data", help="FASTA (.fasta/.fa/.faa) or CSV (id,sequence) file.")]
+DataOpt = Annotated[Path | None, typer.Option("--data", help=f"Sequences: {DATA_FORMATS}.")]
 OutOpt = Annotated[Path | None, typer.Option("--output-dir", help="Where results go.")]
 CkptOpt = Annotated[
     Path | None,

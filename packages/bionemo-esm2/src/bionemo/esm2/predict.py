@@ -335,6 +335,8 @@ def _summarize(
     """Write ``summary.json`` and return the summary rows printed at the end."""
     from safetensors import safe_open
 
+    from bionemo.esm2.readers import lowercase_note
+
     with safe_open(str(path), framework="pt") as f:
         keys = sorted(f.keys())  # noqa: SIM118 - safe_open is not a mapping
         means = {
@@ -345,6 +347,7 @@ def _summarize(
     summary = {
         "sequences": len(records),
         "truncated_sequences": truncated,
+        "lowercase_sequences": sum(r.lowercase for r in records),
         "resumed_sequences": resumed,
         "mean_perplexity": means.get("perplexity"),
         "mean_pseudo_perplexity": means.get("pseudo_perplexity"),
@@ -353,10 +356,16 @@ def _summarize(
         "untrained_validation_perplexity": finite(metadata.get("untrained_val_ppl")),
         "predictions": str(path),
         "includes": sorted(i.value for i in settings.include),
+        "precision": (settings.precision or Precision.FP32).value,
         **_speed(timing),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
-    rows = [("sequences", str(len(records)) + (f" ({truncated} cut by --truncate)" if truncated else ""))]
+    rows = [
+        ("sequences", str(len(records)) + (f" ({truncated} cut by --truncate)" if truncated else "")),
+        ("precision", _precision_label(settings)),
+    ]
+    if note := lowercase_note(records):
+        rows.append(("input", note))
     if resumed:
         rows.append(("resumed", f"{resumed} sequences were already predicted by an interrupted run"))
     if "perplexity" in means:
@@ -375,6 +384,13 @@ def _summarize(
         ("predictions (safetensors)", path),
         ("summary", out / "summary.json"),
     ]
+
+
+def _precision_label(settings: RunSettings) -> str:
+    """The type prediction computed in (its parameters and activations; no autocast) and the type it wrote."""
+    precision = settings.precision or Precision.FP32
+    computed = {Precision.BF16: "bfloat16", Precision.FP16: "float16"}.get(precision, "float32")
+    return f"{precision.value}: computed in {computed}; embeddings and logits written as {settings.output_dtype.value}"
 
 
 def _speed(timing: dict[str, Any]) -> dict[str, Any]:

@@ -80,6 +80,7 @@ def _fit(
     """Train (from the output directory's newest checkpoint unless ``--no-resume``); export; the summary rows."""
     import lightning.pytorch as pl
 
+    from bionemo.esm2.readers import lowercase_note
     from bionemo.esm2.weights import full_state_dict
     from bionemo.recipes.checkpoints import resume_checkpoint
     from bionemo.recipes.trainers import is_launching_rank, uses_megatron
@@ -116,7 +117,11 @@ def _fit(
     if trainer.global_rank != 0:
         return []
     sizes = f"{len(train_records)} / {len(val)}"
-    return _export(settings, defaults, recipe, trainer, tensors, out, start, baseline_file, sizes)
+    rows = _export(settings, defaults, recipe, trainer, tensors, out, start, baseline_file, sizes)
+    if note := lowercase_note(records):
+        at = next(i for i, (name, _) in enumerate(rows) if name == "sequences (train / val)") + 1
+        rows.insert(at, ("input", note))
+    return rows
 
 
 def _module(settings: RunSettings, defaults: RecipeDefaults, megatron: bool, start: Any) -> Any:
