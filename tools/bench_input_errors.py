@@ -8,8 +8,11 @@ the expected message was printed. Exits 1 if a case gave another exit code or me
 """
 
 import argparse
+import gzip
+import json
 import os
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -33,11 +36,27 @@ def _truncated_checkpoint(folder: Path) -> str:
     return str(path)
 
 
+def _safetensors(path: Path, name: str, metadata: dict[str, str]) -> str:
+    """A one-tensor safetensors file, written with the standard library (the bench imports no torch)."""
+    header = json.dumps({name: {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "__metadata__": metadata})
+    path.write_bytes(struct.pack("<Q", len(header)) + header.encode() + bytes(4))
+    return str(path)
+
+
+def _gzip(path: Path, text: str, *, cut: bool = False) -> str:
+    data = gzip.compress(text.encode())
+    path.write_bytes(data[: len(data) // 2] if cut else data)
+    return str(path)
+
+
 def cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     """(name, arguments after `bionemo run`, a piece of the expected message)."""
     (tmp / "nohf").mkdir()
     (tmp / "garbage.safetensors").write_bytes(b"\x00\x01 not a safetensors file")
     too_long = f">big\n{'A' * 1100}\n"
+    fasta = ">a\nMKVLA\n"
+    (tmp / "earlier").mkdir()
+    earlier = Path(_safetensors(tmp / "earlier" / "predictions.safetensors", "embeddings", {"ids": '["x"]'}))
     return [
         ("predict: missing --data", ["predict", "--data", str(tmp / "missing.fasta")], "does not exist"),
         ("predict: empty FASTA", ["predict", "--data", _write(tmp / "empty.fasta", "")], "holds no sequences"),
@@ -58,6 +77,24 @@ def cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ),
         ("predict: HF folder, no config", ["predict", "--checkpoint", str(tmp / "nohf")], "config.json"),
         ("predict: unknown recipe", ["predict", "--recipe", "nope"], "unknown recipe 'nope'"),
+        (
+            "predict: HF model.safetensors file",
+            ["predict", "--checkpoint", _safetensors(tmp / "model.safetensors", "esm.x", {"format": "pt"})],
+            "is a Hugging Face weights file",
+        ),
+        (
+            "predict: another run's predictions",
+            ["predict", "--output-dir", str(earlier.parent)],
+            "--overwrite",
+        ),
+        (
+            "predict: truncated .fasta.gz",
+            ["predict", "--data", _gzip(tmp / "cut.fasta.gz", fasta * 50, cut=True)],
+            "ends before its gzip stream",
+        ),  # fmt: skip
+        ("predict: .fasta.gz not gzip", ["predict", "--data", _write(tmp / "plain.fasta.gz", fasta)], "not gzip"),
+        ("predict: bad characters, .gz", ["predict", "--data", _gzip(tmp / "bad.fasta.gz", ">a\nMKV1\n")], "['1']"),
+        ("predict: Parquet", ["predict", "--data", _write(tmp / "s.parquet", "PAR1")], "is Parquet"),
         (
             "predict: --output-dir is a file",
             ["predict", "--output-dir", _write(tmp / "afile", "x")],
