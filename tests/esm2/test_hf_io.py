@@ -108,8 +108,9 @@ def test_round_trip_gives_identical_parameters_and_logits(tmp_path, hidden, head
     assert tensors["embedding.word_embeddings.weight"][33:].eq(0).all()
     assert tensors["output_layer.bias"][33:].eq(0).all()
     assert "output_layer.weight" not in tensors
+    assert tensors["contact_head.regression.weight"].shape == (1, 2 * heads)  # kept, not ignored
     assert len(notes) == 1
-    assert "contact_head" in notes[0]
+    assert "contact_head" not in notes[0]
     assert "inv_freq" in notes[0]
 
     out = write_hf_folder(tmp_path / "deep" / "out", bionemo_to_hf(tensors, model), model)
@@ -131,15 +132,14 @@ def test_round_trip_gives_identical_parameters_and_logits(tmp_path, hidden, head
 
     loaded, info = transformers.EsmForMaskedLM.from_pretrained(out, output_loading_info=True)
     loaded.eval()
-    assert sorted(info["missing_keys"]) == ["esm.contact_head.regression.bias", "esm.contact_head.regression.weight"]
+    assert info["missing_keys"] == []
     assert info["unexpected_keys"] == []
     assert info["mismatched_keys"] == []
     assert loaded.lm_head.decoder.weight is loaded.esm.embeddings.word_embeddings.weight  # tied on load
     mine, theirs = loaded.state_dict(), original.state_dict()
     assert mine.keys() == theirs.keys()
     for name, value in theirs.items():
-        if "contact_head" not in name:
-            assert torch.equal(mine[name], value), name
+        assert torch.equal(mine[name], value), name
     inputs = batch(tmp_path)
     with torch.no_grad():
         torch.testing.assert_close(loaded(**inputs).logits, original(**inputs).logits, rtol=0, atol=1e-6)
@@ -200,7 +200,7 @@ def test_names_without_the_esm_prefix_and_unknown_tensors_are_noted(hf_folder):
     assert all(torch.equal(tensors[k], reference[k]) for k in tensors)
     assert len(notes) == 2
     assert "lm_head.decoder.weight" in notes[0]
-    assert "contact_head" in notes[0]
+    assert "contact_head" not in notes[0]  # converted
     assert notes[1].startswith("ignored:")
     assert "pooler.dense.weight" in notes[1]
 

@@ -33,7 +33,11 @@ class ModelShape:
         }
 
     def parameters(self, vocab_size: int = 33) -> int:
-        """Trainable parameters, counted as Hugging Face's ``EsmForMaskedLM`` counts them (no contact head)."""
+        """Parameters of the language model: ``EsmForMaskedLM``'s less its contact head.
+
+        The contact head (``num_layers * num_attention_heads + 1`` more, counted by ``EsmForMaskedLM`` and by
+        fair-esm's published sizes) is optional in checkpoints and no parameter of the megatron model.
+        """
         h, f = self.hidden_size, self.ffn_hidden_size
         layer = 4 * (h * h + h) + 2 * 2 * h + (h * f + f) + (f * h + h)
         return vocab_size * h + self.num_layers * layer + 2 * h + (h * h + h) + 2 * h + vocab_size

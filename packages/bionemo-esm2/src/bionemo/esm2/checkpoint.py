@@ -14,6 +14,7 @@ import torch
 
 from bionemo.esm2.checkpoint_header import ESM_DEFAULTS, read_checkpoint_header
 from bionemo.esm2.hf import CheckpointError, check_bionemo_tensors, load_hf_checkpoint
+from bionemo.esm2.hf_layout import CONTACT_HEAD
 from bionemo.esm2.weights import read_weights
 
 __all__ = ["ESM_DEFAULTS", "CheckpointError", "LoadedCheckpoint", "check_tensors", "load_checkpoint"]
@@ -32,9 +33,14 @@ class LoadedCheckpoint:
     metadata: dict[str, Any] = field(default_factory=dict)
     """The bionemo file's metadata (recipe, training steps, validation perplexity); empty for Hugging Face."""
     notes: list[str] = field(default_factory=list)
-    """One-line notes, e.g. Hugging Face tensors that are not model weights here (contact head)."""
+    """One-line notes, e.g. Hugging Face tensors that are not model weights here (rotary buffers)."""
     source: str = "bionemo"
     """``"bionemo"`` or ``"huggingface"``."""
+
+    @property
+    def contact_head(self) -> bool:
+        """Whether :attr:`tensors` hold the contact head (``bionemo.esm2.hf_layout.CONTACT_HEAD``, checked)."""
+        return all(name in self.tensors for name in CONTACT_HEAD)
 
 
 def check_tensors(tensors: dict[str, torch.Tensor], model: dict[str, Any], where: str) -> None:

@@ -14,6 +14,7 @@ from typing import Any
 
 from bionemo.core.safetensors_header import SafetensorsHeader, SafetensorsHeaderError, read_safetensors_header
 from bionemo.esm2.hf_layout import (
+    CONTACT_HEAD,
     HF_WEIGHT_FILES,
     CheckpointError,
     TensorInfo,
@@ -68,6 +69,9 @@ class CheckpointHeader:
     """The bionemo file's metadata (recipe, training steps, validation perplexity); empty for Hugging Face."""
     source: str = "bionemo"
     """``"bionemo"`` or ``"huggingface"``."""
+    contact_head: bool | None = False
+    """Whether the checkpoint holds a contact head (``bionemo.esm2.hf_layout.CONTACT_HEAD``); None where the
+    headers cannot tell (a Hugging Face ``pytorch_model.bin``: known once its tensors are read)."""
 
 
 def read_checkpoint_header(path: Path) -> CheckpointHeader:
@@ -144,12 +148,14 @@ def _hf_layout(folder: Path) -> dict[str, TensorInfo] | None:
 def _hf_header(folder: Path) -> CheckpointHeader:
     model = read_hf_config(folder)
     layout = _hf_layout(folder)
+    contact_head = None
     if layout is not None:
         try:
-            check_hf_layout(layout, model)
+            found = check_hf_layout(layout, model)
         except CheckpointError as error:
             raise CheckpointError(f"Hugging Face checkpoint {folder}: {error}") from None
-    return CheckpointHeader(path=folder, model=model, source="huggingface")
+        contact_head = all(name in found for name in CONTACT_HEAD)
+    return CheckpointHeader(path=folder, model=model, source="huggingface", contact_head=contact_head)
 
 
 def _bionemo_header(path: Path) -> CheckpointHeader:
@@ -173,7 +179,7 @@ def _bionemo_header(path: Path) -> CheckpointHeader:
         raise CheckpointError(f"checkpoint {path} has no model config in its metadata; was it written by bionemo?")
     model = {**ESM_DEFAULTS, "vocab_size": metadata.get("vocab_size", 33), **metadata["model"]}
     try:
-        check_bionemo_layout(_layout(header), model, padded_vocab=False)
+        contact_head = check_bionemo_layout(_layout(header), model, padded_vocab=False)
     except CheckpointError as error:
         raise CheckpointError(f"checkpoint {path}: {error}") from None
-    return CheckpointHeader(path=path, model=model, metadata=metadata)
+    return CheckpointHeader(path=path, model=model, metadata=metadata, contact_head=contact_head)

@@ -18,11 +18,14 @@ bionemo (megatron-core)                                Hugging Face (``EsmForMas
 ``decoder.final_layernorm``                             ``esm.encoder.emb_layer_norm_after``
 ``lm_head.dense`` / ``lm_head.layer_norm``              ``lm_head.dense`` / ``lm_head.layer_norm``
 ``output_layer.bias`` ``[Vp]``                          ``lm_head.bias`` ``[33]``
+``contact_head.regression`` (optional)                  ``esm.contact_head.regression``
 =====================================================  ================================================
 
 megatron's fused ``linear_qkv`` holds, for each head ``j``, the ``d`` rows of ``q_j``, then of ``k_j``, then of
 ``v_j`` (``d = h / n``). The output projection is tied to the word embeddings on both sides, so Hugging Face's
-``lm_head.decoder.weight`` is never read nor written.
+``lm_head.decoder.weight`` is never read nor written. The contact head (``weight [1, layers * heads]``,
+``bias [1]``) is copied both ways when the checkpoint has one; the megatron model does not hold it
+(:mod:`bionemo.esm2.contacts` applies it to the attention maps).
 """
 
 import json
@@ -37,6 +40,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bionemo.esm2.hf_layout import (
+    CONTACT_HEAD,
     ESM_VOCAB,
     HF_ROTARY_BASE,
     HF_WEIGHT_FILES,
@@ -129,8 +133,6 @@ def read_hf_tensors(folder: Path) -> dict[str, torch.Tensor]:
 
 def _ignored_kind(name: str) -> str | None:
     """Why a Hugging Face tensor (name without ``esm.``) is known and not needed, or None."""
-    if name.startswith("contact_head."):
-        return "contact head"
     if name.endswith(".rotary_embeddings.inv_freq"):
         return "rotary inv_freq buffers (of base 10000, recomputed)"
     if name == "embeddings.position_ids":
@@ -162,7 +164,8 @@ def hf_to_bionemo(
             :func:`padded_vocab_size`).
 
     Returns:
-        The tensors and one-line notes on tensors left out (contact head, rotary buffers, unknown names).
+        The tensors (the contact head's too, where the folder has one: :data:`CONTACT_HEAD`) and one-line notes
+        on tensors left out (rotary buffers, an untied decoder, unknown names).
 
     Raises:
         CheckpointError: Missing tensors (named), a tensor whose shape disagrees with the config, a tensor
@@ -174,7 +177,7 @@ def hf_to_bionemo(
         raise ValueError(f"padded_vocab_size {padded_vocab_size} is below ESM-2's {VOCAB_SIZE} tokens")
     # name without "esm." -> name in the file
     found = check_hf_layout({name: _tensor_info(value) for name, value in hf_tensors.items()}, model)
-    for name in _hf_shapes(model):
+    for name in [*_hf_shapes(model), *(name for name in CONTACT_HEAD if name in found)]:
         _check_finite(found[name], hf_tensors[found[name]])
     _check_rotary_buffers(found, hf_tensors, model)
 
@@ -182,6 +185,8 @@ def hf_to_bionemo(
         return hf_tensors[found[base]].detach().to("cpu", torch.float32)
 
     ours = _converted(get, model, padded_vocab_size)
+    if all(name in found for name in CONTACT_HEAD):  # check_hf_layout: both tensors or neither
+        ours.update({name: get(name).contiguous() for name in CONTACT_HEAD})
     return ours, _conversion_notes(found, hf_tensors, ours, model)
 
 
@@ -239,7 +244,7 @@ def _conversion_notes(
 ) -> list[str]:
     """One-line notes on the Hugging Face tensors left out: known non-weights, an untied decoder, unknown names."""
     notes: list[str] = []
-    used = set(_hf_shapes(model))
+    used = {*_hf_shapes(model), *CONTACT_HEAD}
     ignored: dict[str, list[str]] = {}
     unknown: list[str] = []
     for base, name in found.items():
@@ -281,11 +286,12 @@ def check_bionemo_tensors(
         padded_vocab: Accept more than 33 vocabulary rows (megatron's padding), as a model's state holds them.
 
     Raises:
-        CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or NaN/Inf.
+        CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or NaN/Inf; the
+            same for the optional contact head (:data:`CONTACT_HEAD`: both tensors or neither).
     """
     layout = {name: _tensor_info(value) for name, value in tensors.items()}
-    check_bionemo_layout(layout, model, padded_vocab=padded_vocab)
-    for name in bionemo_shapes(model):
+    contact_head = check_bionemo_layout(layout, model, padded_vocab=padded_vocab)
+    for name in [*bionemo_shapes(model), *(CONTACT_HEAD if contact_head else ())]:
         _check_finite(name, tensors[name])
 
 
@@ -299,7 +305,9 @@ def bionemo_to_hf(tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any])
 
     Vocabulary rows beyond the 33 tokens (megatron's padding) are cut. ``lm_head.decoder.weight`` is left out:
     ``EsmForMaskedLM`` ties it to the word embeddings when loading. The rotary ``inv_freq`` buffers (of the
-    model's ``rotary_base``) are added so ``from_pretrained`` finds every buffer.
+    model's ``rotary_base``) are added so ``from_pretrained`` finds every buffer. The contact head is written
+    when ``tensors`` hold it (:data:`CONTACT_HEAD`); without it ``from_pretrained`` initializes one at random
+    (and says so), as for any ``EsmForMaskedLM`` trained without one.
 
     Args:
         tensors: bionemo names (see the module docstring), vocabulary padded or not.
@@ -332,6 +340,9 @@ def bionemo_to_hf(tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any])
     for mine, theirs in _hf_pairs(int(model["num_layers"])):
         hf[theirs if theirs.startswith("lm_head.") else f"esm.{theirs}"] = get(mine)
     hf["lm_head.bias"] = get("output_layer.bias")[:VOCAB_SIZE]
+    for name in CONTACT_HEAD:
+        if name in tensors:
+            hf[f"esm.{name}"] = get(name)
     return {name: value.clone(memory_format=torch.contiguous_format) for name, value in hf.items()}
 
 

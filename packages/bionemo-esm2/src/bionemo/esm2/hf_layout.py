@@ -19,11 +19,14 @@ __all__ = [
     "MASK_TOKEN_ID",
     "PAD_TOKEN_ID",
     "VOCAB_SIZE",
+    "CONTACT_HEAD",
     "CheckpointError",
     "TensorInfo",
     "bionemo_shapes",
     "check_bionemo_layout",
+    "check_contact_head",
     "check_hf_layout",
+    "contact_head_shapes",
     "hf_config",
     "hf_index_shards",
     "hf_names",
@@ -51,6 +54,11 @@ HF_WEIGHT_FILES = (
     "pytorch_model.bin.index.json",
 )
 """Weight files of a Hugging Face folder, in the order they are looked for."""
+
+CONTACT_HEAD = ("contact_head.regression.weight", "contact_head.regression.bias")
+"""The contact head's tensors, by the same names in bionemo files and (after ``esm.``) in Hugging Face folders:
+``EsmContactPredictionHead``'s logistic regression over the ``num_layers * num_attention_heads`` attention maps.
+Optional on both sides: a model without them predicts everything but contacts."""
 
 _SHAPE_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "intermediate_size")
 _SHOWN = 10
@@ -298,6 +306,45 @@ def _hf_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+def contact_head_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of the contact head's tensors (:data:`CONTACT_HEAD`): ``[1, layers * heads]`` and ``[1]``."""
+    weight, bias = CONTACT_HEAD
+    return {weight: (1, int(model["num_layers"]) * int(model["num_attention_heads"])), bias: (1,)}
+
+
+def check_contact_head(found: Mapping[str, str], tensors: Mapping[str, TensorInfo], model: Mapping[str, Any]) -> bool:
+    """Whether the contact head is there (both tensors, floating point, of the shapes ``model`` implies).
+
+    Args:
+        found: Contact-head name (:data:`CONTACT_HEAD`) -> the name in ``tensors``, for those present.
+        tensors: What is known of each tensor, by its name there.
+        model: bionemo model settings.
+
+    Raises:
+        CheckpointError: One of the two tensors without the other, a shape that disagrees with ``model``, or a
+            tensor that is not floating point.
+    """
+    present = [name for name in CONTACT_HEAD if name in found]
+    if not present:
+        return False
+    if len(present) < len(CONTACT_HEAD):
+        missing = next(name for name in CONTACT_HEAD if name not in found)
+        raise CheckpointError(
+            f"the contact head is incomplete: {found[present[0]]} is there, {missing} is not; a checkpoint holds "
+            "both contact-head tensors or neither"
+        )
+    for name, shape in contact_head_shapes(model).items():
+        info = tensors[found[name]]
+        if info.shape != shape:
+            raise CheckpointError(
+                f"tensor {found[name]} has shape {info.shape}, the config needs {shape} (one weight per layer and "
+                f"attention head: {_config_text(model)})"
+            )
+        if not info.floating_point:
+            raise CheckpointError(f"tensor {found[name]} has dtype {info.dtype}; model weights are floating point")
+    return True
+
+
 def _config_text(model: Mapping[str, Any]) -> str:
     return (
         f"num_hidden_layers={model['num_layers']}, hidden_size={model['hidden_size']}, "
@@ -339,7 +386,7 @@ def check_hf_layout(tensors: Mapping[str, TensorInfo], model: Mapping[str, Any])
 
     Raises:
         CheckpointError: Missing tensors (named), a tensor whose shape disagrees with the config, or a tensor
-            that is not floating point.
+            that is not floating point; the same for the optional contact head (:func:`check_contact_head`).
     """
     found = hf_names(tensors)
     prefixed = not tensors or any(name.startswith("esm.") for name in tensors)
@@ -365,13 +412,17 @@ def check_hf_layout(tensors: Mapping[str, TensorInfo], model: Mapping[str, Any])
             )
         if not info.floating_point:
             raise CheckpointError(f"tensor {found[name]} has dtype {info.dtype}; model weights are floating point")
+    check_contact_head(found, tensors, model)
     return found
 
 
 def check_bionemo_layout(
     tensors: Mapping[str, TensorInfo], model: Mapping[str, Any], *, padded_vocab: bool = True
-) -> None:
+) -> bool:
     """Every bionemo tensor ``model`` needs is there, floating point and of the shape it implies.
+
+    Returns:
+        Whether the optional contact head (:data:`CONTACT_HEAD`) is there too, checked the same way.
 
     Args:
         tensors: Whole bionemo tensors' names and what is known of each.
@@ -380,7 +431,7 @@ def check_bionemo_layout(
 
     Raises:
         CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or a tensor that
-            is not floating point.
+            is not floating point (also of a contact head: :func:`check_contact_head`).
     """
     shapes = bionemo_shapes(model)
     missing = [name for name in shapes if name not in tensors]
@@ -394,6 +445,7 @@ def check_bionemo_layout(
             raise CheckpointError(f"tensor {name} has shape {found}, the config needs {shape} ({_config_text(model)})")
         if not info.floating_point:
             raise CheckpointError(f"tensor {name} has dtype {info.dtype}; model weights are floating point")
+    return check_contact_head({name: name for name in CONTACT_HEAD if name in tensors}, tensors, model)
 
 
 def hf_index_shards(index: Path) -> list[Path]:

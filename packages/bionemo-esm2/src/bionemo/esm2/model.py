@@ -16,7 +16,7 @@ megatron's vocab-parallel layers; the padded logit columns are filled with a lar
 softmax and cross-entropy see exactly the 33 real tokens, and :func:`vocab_logits` cuts them away.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,10 +47,25 @@ from bionemo.lightning.context_parallel import (  # noqa: E402
 )
 from bionemo.losses import MaskedTokenLossReduction  # noqa: E402
 
-__all__ = ["MASK_RATIO_TRAIN", "ESM2Config", "ESM2Model", "padded_vocab_size", "vocab_logits"]
+__all__ = [
+    "MASK_RATIO_TRAIN",
+    "AttentionMaps",
+    "ESM2Config",
+    "ESM2Model",
+    "attention_probabilities",
+    "padded_vocab_size",
+    "vocab_logits",
+]
 
 MASK_RATIO_TRAIN = 0.15 * 0.8
 """The share of ``<mask>`` tokens ESM-2 was trained with (15% chosen, 80% of those masked): token dropout's scale."""
+
+AttentionMaps = Callable[[int, int, torch.Tensor], None]
+"""Receives attention probabilities: ``(layer, first_head, probabilities [b, heads, s, s])``, float32, for a run
+of heads of one layer (``layer`` 0-based; ``first_head`` numbered over the whole model's heads of that layer)."""
+
+_MAP_ELEMENTS = 2**27
+"""Most elements of one chunk of attention probabilities (512 MiB in float32): heads are taken this many at a time."""
 
 
 @dataclass
@@ -272,6 +287,7 @@ class ESM2Model(LanguageModule):
         unpadded: UnpaddedSequences | None = None,
         output_logits: bool = True,
         gather_context: bool = True,
+        attention_maps: AttentionMaps | None = None,
     ) -> Any:
         """See the class docstring; ``attention_mask`` is True on real tokens (None: no padding).
 
@@ -285,11 +301,17 @@ class ESM2Model(LanguageModule):
         runs the layers on its chunk of the sequence (:mod:`bionemo.lightning.context_parallel`). Outputs are
         gathered to the whole sequence, or with ``gather_context=False`` are this rank's chunk
         (``[ceil(s / cp), b, ...]``, zero-padded past the end): training takes the loss of each rank's chunk.
+
+        ``attention_maps`` is given every layer's attention probabilities (:data:`AttentionMaps`), computed
+        explicitly from the query and key that reach the attention kernel (:func:`attention_probabilities`),
+        which itself runs as without it; padded batches of a whole model without context parallelism only.
         """
         group = self._context_group(unpadded)
         captured: dict[int, torch.Tensor] = {}
         handles = [self._capture(k, captured) for k in hidden_layers if k != self.config.num_layers]
         try:
+            if attention_maps is not None:
+                handles += self._watch_attention(attention_maps, unpadded, group)
             hidden = self.embedding(input_ids, attention_mask, unpadded) if self.pre_process else None
             padding_mask, rotary = self._mask_and_rotary(input_ids, attention_mask, unpadded, group)
             if group is not None and hidden is not None:
@@ -370,6 +392,30 @@ class ESM2Model(LanguageModule):
 
         return module.register_forward_hook(keep)
 
+    def _watch_attention(
+        self, receive: AttentionMaps, unpadded: UnpaddedSequences | None, group: Any
+    ) -> list[torch.utils.hooks.RemovableHandle]:
+        """Forward pre-hooks on every layer's core attention passing its probabilities to ``receive``."""
+        if unpadded is not None or group is not None or not (self.pre_process and self.post_process):
+            raise ValueError(
+                "attention maps: padded batches of a whole model (no pipeline stages, context_parallel_size 1) only"
+            )
+        tp = parallel_state.get_tensor_model_parallel_rank() if parallel_state.model_parallel_is_initialized() else 0
+
+        def watch(layer: int, core: Any) -> torch.utils.hooks.RemovableHandle:
+            scale = getattr(core, "softmax_scale", None)
+
+            def hook(_module: torch.nn.Module, args: tuple[Any, ...]) -> None:
+                query, key, _value, mask = args[:4]  # megatron's Attention passes them positionally
+                first = tp * query.shape[2]  # this tensor-parallel rank's heads
+                for start, probabilities in attention_probabilities(query, key, mask, scale):
+                    receive(layer, first + start, probabilities)
+
+            return core.register_forward_pre_hook(hook)
+
+        layers: Any = self.decoder.layers
+        return [watch(i, layer.self_attention.core_attention) for i, layer in enumerate(layers)]
+
     def _hide_vocab_padding(self, logits: torch.Tensor) -> torch.Tensor:
         if self.padded_vocab_size == self.vocab_size:
             return logits
@@ -377,6 +423,28 @@ class ESM2Model(LanguageModule):
         start = 0 if local == self.padded_vocab_size else parallel_state.get_tensor_model_parallel_rank() * local
         padding = torch.arange(start, start + local, device=logits.device) >= self.vocab_size
         return logits.masked_fill(padding, torch.finfo(logits.dtype).min / 2)
+
+
+def attention_probabilities(
+    query: torch.Tensor, key: torch.Tensor, mask: torch.Tensor | None, scale: float | None = None
+) -> Iterator[tuple[int, torch.Tensor]]:
+    """``softmax(q k^T * scale)`` over the keys ``mask`` leaves, in float32, a run of heads at a time.
+
+    The math path, never a fused kernel (those do not return the probabilities). ``query`` / ``key``
+    ``[s, b, heads, d]`` as megatron's attention gives its core attention; ``mask`` megatron's, True where a key
+    is not attended (``[b, 1, 1, s]``), or None; ``scale`` defaults to ``1 / sqrt(d)``. Yields
+    ``(first_head, probabilities [b, heads_chunk, s, s])``, each chunk at most :data:`_MAP_ELEMENTS` elements.
+    """
+    seq, batch, heads, head_dim = query.shape
+    factor = head_dim**-0.5 if scale is None else scale
+    chunk = max(1, _MAP_ELEMENTS // max(1, batch * seq * key.shape[0]))
+    for start in range(0, heads, chunk):
+        q = query[:, :, start : start + chunk].permute(1, 2, 0, 3).float()  # [b, c, s, d]
+        k = key[:, :, start : start + chunk].permute(1, 2, 3, 0).float()  # [b, c, d, s]
+        scores = torch.matmul(q, k) * factor
+        if mask is not None:
+            scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
+        yield start, scores.softmax(dim=-1)
 
 
 def vocab_logits(logits: torch.Tensor, vocab_size: int = 33) -> torch.Tensor:

@@ -55,6 +55,7 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
         raise SettingsError(str(error), "--data") from None
     layers = absolute_layers(settings.layer, header.model["num_layers"])
     _check_pipeline_outputs(settings, layers, header.model["num_layers"])
+    _check_contacts(settings, header)
     _check_budget(settings.tokens_per_batch, records)
     settings = settings.model_copy(update={"unpadded": _unpadded(settings)})
     out = settings.output_dir or Path("bionemo_predictions")
@@ -62,6 +63,7 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     stamp = fingerprint(header.path, records, _outputs(settings, layers))
     replaced = check_previous_outputs(out, stamp, overwrite=settings.overwrite)
     checkpoint = checked_checkpoint(header.path)  # the tensors: NaN/Inf and what only reading them shows
+    _check_contacts(settings, checkpoint)  # a pytorch_model.bin shows its contact head only now
     check_output_dir(out)
     if replaced:
         (out / PREDICTIONS).unlink(missing_ok=True)  # a stale file must not outlive --overwrite's interrupted run
@@ -88,12 +90,13 @@ def _check_pipeline_outputs(settings: RunSettings, layers: list[int], num_layers
     if settings.pipeline_parallel == 1:
         return
     given = f"--pipeline-parallel {settings.pipeline_parallel}"
-    unsupported = [i.value for i in settings.include if i in (Include.PERPLEXITY, Include.PSEUDO_PERPLEXITY)]
+    several = (Include.PERPLEXITY, Include.PSEUDO_PERPLEXITY, Include.CONTACTS)
+    unsupported = [i.value for i in settings.include if i in several]
     if unsupported:
         raise SettingsError(
             f"{given} predicts embeddings, residue embeddings, cls and logits, not {', '.join(unsupported)} "
-            "(perplexities need more than one forward pass per batch); give --include without them "
-            "(the default includes perplexity), or predict with --pipeline-parallel 1",
+            "(perplexities need more than one forward pass per batch, contacts the attention maps of every layer); "
+            "give --include without them (the default includes perplexity), or predict with --pipeline-parallel 1",
             "--include",
         )
     inner = [layer for layer in layers if layer != num_layers]
@@ -105,6 +108,31 @@ def _check_pipeline_outputs(settings: RunSettings, layers: list[int], num_layers
             f"parallel = {settings.model_parallel_size()}",
             "--devices",
         )
+
+
+def _check_contacts(settings: RunSettings, checkpoint: Any) -> None:
+    """``--include contacts`` needs a checkpoint with a contact head and every head's attention maps on one rank.
+
+    ``checkpoint``: a checkpoint header or the loaded checkpoint; a ``contact_head`` of None (not known from the
+    headers) passes until the tensors are read.
+    """
+    if Include.CONTACTS not in settings.include:
+        return
+    if checkpoint.contact_head is False:
+        raise SettingsError(
+            f"--include contacts: checkpoint {checkpoint.path} has no contact head (contact_head.regression "
+            "weight and bias); give a --checkpoint that has one (a Hugging Face ESM-2 folder, or a file that "
+            "`bionemo convert from-hf` made of one), or --include without contacts",
+            "--include",
+        )
+    split = (("--tensor-parallel", settings.tensor_parallel), ("--context-parallel", settings.context_parallel))
+    for option, size in split:
+        if size > 1:
+            raise SettingsError(
+                f"--include contacts needs every attention head of every position on one device; {option} {size} "
+                f"splits them: predict contacts with {option} 1",
+                option,
+            )
 
 
 def _check_budget(tokens_per_batch: int | None, records: list) -> None:
@@ -134,7 +162,17 @@ def _unpadded(settings: RunSettings) -> bool:
 
     precision = settings.precision.value if settings.precision else "32"
     half = precision.split("-")[0] in ("bf16", "16")
-    if settings.unpadded is False or (settings.unpadded is None and settings.model_parallel_size() > 1):
+    if settings.unpadded and Include.CONTACTS in settings.include:
+        raise SettingsError(
+            "--unpadded: contacts come from attention maps of padded batches (the variable-length kernel returns "
+            "none); leave --unpadded out (or give --padded) to predict contacts",
+            "--unpadded",
+        )
+    if (
+        settings.unpadded is False
+        or Include.CONTACTS in settings.include
+        or (settings.unpadded is None and settings.model_parallel_size() > 1)
+    ):
         return False
     no_split = settings.pipeline_parallel == 1 and settings.context_parallel == 1  # whole sequences on each rank
     can_run = half and no_split and accelerator(settings) == "gpu" and _varlen_attention_available(precision)
@@ -236,7 +274,9 @@ def _run_prediction(
     config = model_config(checkpoint.model, settings, training=False)
     module = BionemoLightningModule(
         config,
-        forward_step=_step(settings, layers, checkpoint.model["num_layers"], unpadded=bool(settings.unpadded)),
+        forward_step=_step(
+            settings, layers, checkpoint.model["num_layers"], unpadded=bool(settings.unpadded), checkpoint=checkpoint
+        ),
         data_step=data_step,
         # NeMo (its optimizer module) only where MegatronStrategy runs the prediction: not imported otherwise
         optimizer=default_megatron_optimizer() if uses_megatron(settings, training=False) else None,
@@ -303,12 +343,17 @@ def _plan(settings: RunSettings, defaults: RecipeDefaults, records: list, todo: 
     return [[todo[k] for k in batch] for batch in batches]
 
 
-def _step(settings: RunSettings, layers: list[int], num_layers: int, unpadded: bool = False):
+def _step(settings: RunSettings, layers: list[int], num_layers: int, unpadded: bool = False, checkpoint: Any = None):
+    """The predict step of ``--include``; ``checkpoint`` (loaded) gives the contact head for contacts."""
     import torch
 
+    from bionemo.esm2.contacts import ContactHead
     from bionemo.esm2.steps import make_predict_step
 
     include = set(settings.include)
+    contact_head = None
+    if Include.CONTACTS in include:
+        contact_head = ContactHead.from_tensors(checkpoint.tensors, checkpoint.model)
     return make_predict_step(
         embeddings=Include.EMBEDDINGS in include,
         logits=Include.LOGITS in include,
@@ -320,6 +365,7 @@ def _step(settings: RunSettings, layers: list[int], num_layers: int, unpadded: b
         num_layers=num_layers,
         output_dtype=getattr(torch, settings.output_dtype.value),
         unpadded=unpadded,
+        contact_head=contact_head,
     )
 
 

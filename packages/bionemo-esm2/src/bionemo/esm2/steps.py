@@ -5,6 +5,7 @@ from typing import Any
 
 import torch
 
+from bionemo.esm2.contacts import ContactHead, ContactLogits, flat_contacts
 from bionemo.esm2.model import vocab_logits
 from bionemo.esm2.packing import repad, unpad
 from bionemo.losses import ParallelGroups, token_cross_entropy
@@ -37,6 +38,7 @@ def make_predict_step(
     vocab_size: int = 33,
     output_dtype: torch.dtype = torch.float32,
     unpadded: bool = False,
+    contact_head: ContactHead | None = None,
 ):
     """The prediction forward step over :class:`bionemo.esm2.data.PredictionDataset` batches.
 
@@ -53,6 +55,10 @@ def make_predict_step(
     - ``perplexity [b]``: exp of the mean cross-entropy over the masked positions of ``masked_tokens``.
     - ``pseudo_perplexity [b]``: exp of the mean over residues of the true residue's cross-entropy with only
       that residue masked (one copy of the sequence per residue, run ``b`` copies at a time).
+    - ``contacts [b, max L_i^2]`` (with ``contact_head``): float32 contact probabilities of residue pairs, row
+      ``i`` sequence ``i``'s ``[L_i, L_i]`` row-major then zeros (:func:`bionemo.esm2.contacts.flat_contacts`),
+      from the attention maps of the unmasked forward pass; padded batches at tensor parallel size 1 only
+      (``ValueError`` otherwise).
 
     ``unpadded=True`` runs the unmasked and the masked forward on the concatenated real tokens
     (:mod:`bionemo.esm2.packing`): the same outputs without padding work (variable-length flash attention on GPUs
@@ -61,8 +67,8 @@ def make_predict_step(
     Under pipeline parallelism a micro-batch passes through the stages once, as one forward of the unmasked
     sequence: a stage before the last returns its output tensor (hidden states ``[s, b, h]``, sent on by megatron's
     schedule), the last stage the outputs above. ``perplexity`` and ``pseudo_perplexity`` (more forwards than one)
-    and ``layers`` (hidden states of every layer) need the whole model on each rank: with several pipeline stages
-    the step raises ``ValueError`` on every stage at its first call.
+    and ``layers`` / ``contact_head`` (hidden states or attention maps of every layer) need the whole model on each
+    rank: with several pipeline stages the step raises ``ValueError`` on every stage at its first call.
     """
     last = num_layers if num_layers is not None else -1
     wanted = [k for k in dict.fromkeys(layers) if k != last]
@@ -70,13 +76,21 @@ def make_predict_step(
     def predict_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | torch.Tensor:
         groups = ParallelGroups.current()
         if groups.pipeline is not None and torch.distributed.get_world_size(groups.pipeline) > 1:
-            _check_one_forward(perplexity=perplexity, pseudo_perplexity=pseudo_perplexity, layers=wanted)
+            _check_one_forward(
+                perplexity=perplexity,
+                pseudo_perplexity=pseudo_perplexity,
+                layers=wanted,
+                contacts=contact_head is not None,
+            )
             if not groups.is_last_stage:
                 return model(batch["tokens"], batch.get("padding"))
         out: dict[str, torch.Tensor] = {}
         real = batch["attention_mask"]
-        if embeddings or logits or residues or cls or wanted:
-            token_logits, hidden, extra = _forward(model, batch, wanted, unpadded=unpadded, output_logits=logits)
+        contacts = None if contact_head is None else _contact_logits(contact_head, batch, unpadded=unpadded)
+        if embeddings or logits or residues or cls or wanted or contacts is not None:
+            token_logits, hidden, extra = _forward(
+                model, batch, wanted, unpadded=unpadded, output_logits=logits, attention_maps=contacts
+            )
             weights = _residue_mask(real).unsqueeze(-1).float()
             per_layer = {"": hidden, **{f".layer{k}": hidden if k == last else extra[k] for k in layers}}
             for suffix, states in per_layer.items():
@@ -91,6 +105,9 @@ def make_predict_step(
             if logits and token_logits is not None:
                 full = vocab_logits(token_logits, vocab_size).transpose(0, 1).float()  # [b, s, v]
                 out["logits"] = (full * real.unsqueeze(-1)).to(output_dtype)
+        if contacts is not None:
+            residues_per_sequence = torch.as_tensor(batch["host_lengths"]) - 2  # host values: no wait for the device
+            out["contacts"] = flat_contacts(contacts.probabilities(), residues_per_sequence)
         if pseudo_perplexity:
             residues_per_sequence = (real.sum(dim=1) - 2).clamp(min=1)
             sums = _pseudo_loss_sums(model, batch, mask_id, unpadded=unpadded)
@@ -102,9 +119,12 @@ def make_predict_step(
     return predict_step
 
 
-def _check_one_forward(*, perplexity: bool, pseudo_perplexity: bool, layers: Sequence[int]) -> None:
+def _check_one_forward(
+    *, perplexity: bool, pseudo_perplexity: bool, layers: Sequence[int], contacts: bool = False
+) -> None:
     """Refuse, under pipeline parallelism, outputs that take more than the one forward through the stages."""
-    asked = [name for name, on in (("perplexity", perplexity), ("pseudo_perplexity", pseudo_perplexity)) if on]
+    named = (("perplexity", perplexity), ("pseudo_perplexity", pseudo_perplexity), ("contacts", contacts))
+    asked = [name for name, on in named if on]
     if layers:
         asked.append(f"layers {list(layers)}")
     if asked:
@@ -135,13 +155,32 @@ def _residue_mask(real: torch.Tensor) -> torch.Tensor:
     return real.bool() & (positions > 0) & (positions < eos)
 
 
+def _contact_logits(head: ContactHead, batch: dict[str, Any], *, unpadded: bool) -> ContactLogits:
+    """This batch's contact accumulator; refuses batches whose every attention map it would not see."""
+    if unpadded or ParallelGroups.current().tensor_parallel_size() > 1:
+        raise ValueError("contacts: padded batches at tensor parallel size 1 only (each head's attention map)")
+    return head.logits(batch["tokens"], batch["attention_mask"])
+
+
 def _forward(
-    model: Any, batch: dict[str, Any], layers: list[int], *, unpadded: bool, output_logits: bool
+    model: Any,
+    batch: dict[str, Any],
+    layers: list[int],
+    *,
+    unpadded: bool,
+    output_logits: bool,
+    attention_maps: ContactLogits | None = None,
 ) -> tuple[torch.Tensor | None, torch.Tensor, dict[int, torch.Tensor]]:
-    """``(logits [s, b, v_local] or None, last hidden [s, b, h], {K: hidden [s, b, h]})`` of the unmasked tokens."""
+    """``(logits [s, b, v_local] or None, last hidden [s, b, h], {K: hidden [s, b, h]})`` of the unmasked tokens.
+
+    ``attention_maps`` receives every layer's attention probabilities (padded batches only).
+    """
     tokens = batch["tokens"]
     if not unpadded:
-        out = model(tokens, batch.get("padding"), output_hidden=True, hidden_layers=layers, output_logits=output_logits)
+        maps = {} if attention_maps is None else {"attention_maps": attention_maps}
+        out = model(
+            tokens, batch.get("padding"), output_hidden=True, hidden_layers=layers, output_logits=output_logits, **maps
+        )
         return out if layers else (*out, {})
     ids, sequences, index = unpad(tokens, batch["host_lengths"])
     out = model(ids, None, output_hidden=True, hidden_layers=layers, unpadded=sequences, output_logits=output_logits)

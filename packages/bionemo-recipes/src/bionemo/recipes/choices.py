@@ -54,6 +54,7 @@ class Include(StrEnum):
     RESIDUE_EMBEDDINGS = "residue-embeddings"
     CLS = "cls"
     PSEUDO_PERPLEXITY = "pseudo-perplexity"
+    CONTACTS = "contacts"
 
 
 class OutputDtype(StrEnum):
