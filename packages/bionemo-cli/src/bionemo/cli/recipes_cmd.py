@@ -28,7 +28,12 @@ def list_recipes() -> None:
 
 
 @recipes_app.command("show")
-def show_recipe(name: Annotated[str, typer.Argument(help="Recipe name.")]) -> None:
+def show_recipe(
+    name: Annotated[str, typer.Argument(help="Recipe name.")],
+    cpu: Annotated[
+        bool, typer.Option("--cpu", help="The settings of training on CPUs (some recipes have their own for them).")
+    ] = False,
+) -> None:
     """Print a recipe's full default settings as JSON; save it, edit it and pass it as --config."""
     from bionemo.cli.defaults import register_default_recipes
     from bionemo.recipes.registry import load_recipe
@@ -40,5 +45,13 @@ def show_recipe(name: Annotated[str, typer.Argument(help="Recipe name.")]) -> No
         recipe = load_recipe(name)
     except KeyError as error:
         raise typer.BadParameter(str(error.args[0]), param_hint="'NAME'") from None
-    settings = RunSettings.model_validate({"recipe": name, **recipe.defaults.as_settings()}).model_dump(mode="json")
+    defaults = recipe.defaults.for_training(gpu=not cpu)
+    settings = RunSettings.model_validate({"recipe": name, **defaults.as_settings()}).model_dump(mode="json")
     typer.echo(json.dumps(settings, indent=2))
+    if not cpu and recipe.defaults.cpu is not None:  # on stderr: stdout stays a valid --config
+        values = ", ".join(f"{key} {value}" for key, value in recipe.defaults.cpu.as_settings().items())
+        typer.echo(
+            f"Training on CPUs uses {values} wherever neither an option nor --config sets them "
+            f"(`bionemo recipes show {name} --cpu`).",
+            err=True,
+        )

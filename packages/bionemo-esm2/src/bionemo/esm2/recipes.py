@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypedDict, Unpack, cast
 
 from bionemo.esm2.catalog import DEMO_SHAPE, ESM2_SHAPES, GPU_SHAPE, ModelShape
 from bionemo.recipes.choices import Precision
-from bionemo.recipes.registry import RecipeDefaults, SummaryRows
+from bionemo.recipes.registry import CPUDefaults, RecipeDefaults, SummaryRows
 
 if TYPE_CHECKING:
     from bionemo.recipes.settings import RunSettings
@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 __all__ = [
     "BUNDLED_CHECKPOINT",
     "BUNDLED_SEQUENCES",
+    "ESM2_8M_CPU",
     "ESM2ModelSettings",
     "ESM2Recipe",
     "MODEL_KEYS",
@@ -163,15 +164,16 @@ def gpu() -> ESM2Recipe:
     )
 
 
-def _family(name: str) -> ESM2Recipe:
-    """The published ESM-2 size ``name`` (``ESM2_SHAPES``)."""
+def _family(name: str, cpu: CPUDefaults | None = None) -> ESM2Recipe:
+    """The published ESM-2 size ``name`` (``ESM2_SHAPES``); ``cpu``: its defaults for training on CPUs."""
     shape = ESM2_SHAPES[name]
     size = shape.parameters()
     label = f"{size / 1e9:.1f}B" if size >= 1e9 else f"{size / 1e6:.0f}M"
+    on_cpus = "" if cpu is None else f"; on CPUs {cpu.max_steps} steps x {cpu.global_batch_size}"
     return ESM2Recipe(
         name=name,
         description=f"ESM-2 {label} ({shape.num_layers} x {shape.hidden_size}, {shape.num_attention_heads} heads); "
-        f"train on {shape.devices}; bf16",
+        f"train on {shape.devices}; bf16{on_cpus}",
         defaults=RecipeDefaults(
             micro_batch_size=16 if shape.hidden_size <= 1280 else 4,
             global_batch_size=256,
@@ -180,13 +182,19 @@ def _family(name: str) -> ESM2Recipe:
             lr=4e-4,
             precision=Precision.BF16,
             model=_model(shape),
+            cpu=cpu,
         ),
     )
 
 
+ESM2_8M_CPU = CPUDefaults(max_steps=500, global_batch_size=32, val_check_interval=100)
+"""``esm2-8m`` on CPUs: 500 steps of 32 sequences, a run that finishes on a CPU with batches that still train,
+against 500,000 steps of 256 on GPUs."""
+
+
 def esm2_8m() -> ESM2Recipe:
-    """ESM-2 8M (6 x 320)."""
-    return _family("esm2-8m")
+    """ESM-2 8M (6 x 320); on CPUs :data:`ESM2_8M_CPU`."""
+    return _family("esm2-8m", cpu=ESM2_8M_CPU)
 
 
 def esm2_35m() -> ESM2Recipe:

@@ -34,7 +34,7 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     """
     from bionemo.esm2.demo_data import demo_families, write_fasta
     from bionemo.esm2.readers import InputError, read_sequences
-    from bionemo.recipes.resolved import resolved_training_settings, save_settings
+    from bionemo.recipes.resolved import resolved_training_settings, save_settings, training_plan
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank
 
     # every check that needs no tensor comes first and imports nothing heavy: bad input is refused at once
@@ -48,7 +48,8 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     defaults = replace(defaults, model=model)
     out = settings.output_dir or Path("bionemo_runs") / recipe
     check_hardware(settings)
-    settings = resolved_training_settings(settings, defaults, gpu=accelerator(settings) == "gpu")
+    given, gpu = settings, accelerator(settings) == "gpu"
+    settings = resolved_training_settings(settings, defaults, gpu=gpu)  # on CPUs with the recipe's CPU defaults
     max_residues = model["seq_length"] - 2
     data = settings.data
     records: list = []
@@ -64,6 +65,7 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     check_output_dir(out)
     if is_launching_rank():
         save_settings(settings.model_copy(update={"output_dir": out}), out, training=True)
+        print(f"bionemo run train: {training_plan(given, settings, defaults, gpu=gpu)}", flush=True)
     if data is None:
         # every rank generates the same records (no rank reads a file another may be writing); the file is
         # for the user to look at, written once per node and atomically
@@ -182,6 +184,7 @@ def _trainer(
 
     from bionemo.callbacks import PerplexityLoggingCallback
     from bionemo.recipes.checkpoints import checkpoint_callback, interrupt_checkpoint
+    from bionemo.recipes.duration import DurationEstimate
     from bionemo.recipes.metrics_log import CSVLogPosition, ResumableCSVLogger
     from bionemo.recipes.progress import StepProgressBar
     from bionemo.recipes.trainers import build_trainer
@@ -198,6 +201,7 @@ def _trainer(
             checkpoint_callback(settings, checkpoints, every_n_train_steps=interval),
             CSVLogPosition(csv_logger),
             StepProgressBar(leave=True),
+            DurationEstimate(),  # "about N steps/s: max_steps in about ..." once, after the first steps
         ],
         logger=[csv_logger, TensorBoardLogger(out, name="logs", version="")],
         max_steps=max_steps,

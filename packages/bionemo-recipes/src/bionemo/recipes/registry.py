@@ -10,7 +10,7 @@ where ``my_model`` is a :class:`Recipe` (or a function of no arguments returning
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, replace
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from types import MappingProxyType
@@ -23,6 +23,7 @@ if TYPE_CHECKING:  # pydantic: not imported by the registry itself
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "CPUDefaults",
     "Recipe",
     "RecipeDefaults",
     "SummaryRows",
@@ -54,6 +55,35 @@ _POSITIVE = ("micro_batch_size", "global_batch_size", "max_steps", "val_check_in
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
+class CPUDefaults:
+    """What a recipe trains with on CPUs in place of its own defaults (``None``: the recipe's own).
+
+    For recipes whose defaults are sized for GPUs but that also train on a CPU: 500,000 steps of 256 sequences would
+    never finish there. Each applies only to a training run on CPUs in which neither an option nor ``--config``
+    sets that setting.
+    """
+
+    max_steps: int | None = None
+    """Optimizer steps of a training run on CPUs."""
+    global_batch_size: int | None = None
+    """Sequences per optimizer step on CPUs, all processes."""
+    micro_batch_size: int | None = None
+    """Sequences per batch per process on CPUs."""
+    val_check_interval: int | None = None
+    """Training steps between validations (and periodic checkpoints) on CPUs."""
+
+    def __post_init__(self) -> None:
+        for item in fields(self):
+            given = getattr(self, item.name)
+            if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given <= 0):
+                raise ValueError(f"CPUDefaults.{item.name} must be a positive integer or None, got {given!r}")
+
+    def as_settings(self) -> dict[str, int]:
+        """The settings these defaults change, by ``RunSettings`` name."""
+        return {item.name: getattr(self, item.name) for item in fields(self) if getattr(self, item.name) is not None}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
 class RecipeDefaults:
     """A recipe's default run settings (each one a ``RunSettings`` field) and its model settings.
 
@@ -76,6 +106,8 @@ class RecipeDefaults:
     model: Mapping[str, Any] = field(default_factory=dict)
     """Model hyper-parameters, by name; what they may be is the model's business (e.g. ``ESM2ModelSettings``).
     Stored read-only."""
+    cpu: CPUDefaults | None = None
+    """Run length and batch sizes of training on CPUs, where they differ from the above (:meth:`for_training`)."""
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -89,6 +121,14 @@ class RecipeDefaults:
                 valid = ", ".join(p.value for p in Precision)
                 raise ValueError(f"RecipeDefaults.precision {self.precision!r} is not one of: {valid}") from None
         object.__setattr__(self, "model", MappingProxyType(dict(self.model)))
+        if self.cpu is not None and not isinstance(self.cpu, CPUDefaults):
+            raise TypeError(f"RecipeDefaults.cpu must be a CPUDefaults or None, got {type(self.cpu).__name__}")
+
+    def for_training(self, *, gpu: bool) -> "RecipeDefaults":
+        """The defaults a training run uses: on CPUs (``gpu=False``) with :attr:`cpu`'s values in place of these."""
+        if gpu or self.cpu is None:
+            return self
+        return replace(self, **self.cpu.as_settings(), cpu=None)
 
     @overload
     def value(self, settings: "RunSettings", name: Literal["lr"]) -> float: ...

@@ -10,7 +10,7 @@ from bionemo.core.batch_sizes import batch_size_problem
 from bionemo.recipes.registry import RecipeDefaults
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
-__all__ = ["SETTINGS_FILE", "resolved_training_settings", "save_settings"]
+__all__ = ["SETTINGS_FILE", "resolved_training_settings", "save_settings", "training_plan"]
 
 SETTINGS_FILE = "settings.yaml"
 """The file in a run's output directory that holds its resolved settings (a valid ``--config``)."""
@@ -22,6 +22,8 @@ _TRAIN_ONLY = ("max_steps", "val_check_interval", "lr", "resume", "seed", "model
 def resolved_training_settings(settings: RunSettings, defaults: RecipeDefaults, *, gpu: bool) -> RunSettings:
     """``settings`` with the batch sizes, precision and run length decided for this layout.
 
+    - On CPUs (not ``gpu``) the recipe's CPU defaults (``defaults.cpu``) replace its run length and batch sizes
+      wherever ``settings`` leaves them unset (:meth:`RecipeDefaults.for_training`).
     - Precision: as given; else the recipe's on GPUs (``gpu``), 32-bit on CPUs.
     - Global batch size: as given, else the recipe's: the same on every layout, so the same settings train the
       same model on one process or many.
@@ -32,6 +34,7 @@ def resolved_training_settings(settings: RunSettings, defaults: RecipeDefaults, 
         SettingsError: Batch sizes that make no whole global batch on this layout (global not a multiple of
             micro x data-parallel size, or smaller), naming the valid values.
     """
+    defaults = defaults.for_training(gpu=gpu)
     data_parallel = settings.data_parallel_size()
     global_batch = defaults.value(settings, "global_batch_size")
     micro = defaults.value(settings, "micro_batch_size")
@@ -62,6 +65,25 @@ def resolved_training_settings(settings: RunSettings, defaults: RecipeDefaults, 
             "lr": defaults.value(settings, "lr"),
         }
     )
+
+
+def training_plan(given: RunSettings, resolved: RunSettings, defaults: RecipeDefaults, *, gpu: bool) -> str:
+    """The line a training run prints before it starts: steps x global batch, and which CPU defaults set them.
+
+    Args:
+        given: The settings as the user gave them (options and ``--config``).
+        resolved: ``given`` resolved by :func:`resolved_training_settings` with the same ``defaults`` and ``gpu``.
+        defaults: The recipe's defaults.
+        gpu: Whether the run trains on GPUs.
+    """
+    plan = f"{resolved.max_steps} steps x {resolved.global_batch_size} sequences per step"
+    if gpu or defaults.cpu is None:
+        return plan
+    applied = [name for name in defaults.cpu.as_settings() if getattr(given, name) is None]
+    if not applied:
+        return plan
+    values = ", ".join(f"--{name.replace('_', '-')} {getattr(resolved, name)}" for name in applied)
+    return f"{plan} (recipe {resolved.recipe}'s defaults for CPUs: {values})"
 
 
 def save_settings(settings: RunSettings, directory: Path, *, training: bool) -> Path:
