@@ -2,6 +2,7 @@
 
 import json
 import shutil
+import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -266,16 +267,26 @@ def _run_prediction(
     from bionemo.callbacks import HostMemoryTrim, LoopTimer, PredictionWriter
     from bionemo.esm2.data import data_step
     from bionemo.lightning import BionemoLightningModule, default_megatron_optimizer
-    from bionemo.recipes.trainers import build_trainer, uses_megatron
+    from bionemo.recipes.trainers import accelerator, build_trainer, uses_megatron
 
     plan = _plan(settings, defaults, records, todo)
+    pseudo_tokens = None
+    callbacks: list[Any] = []
+    if Include.PSEUDO_PERPLEXITY in settings.include:
+        pseudo_tokens, timer = _pseudo_perplexity_plan(settings, records, plan, gpu=accelerator(settings) == "gpu")
+        callbacks.append(timer)
     # No GPU_FUSIONS here: measured on an H200 (tools/bench_predict.py, 150M shape), RoPE compiled for the
     # varying shapes of length-sorted batches cost more (297k tokens/s, start-up +12 s) than it saved (324k).
     config = model_config(checkpoint.model, settings, training=False)
     module = BionemoLightningModule(
         config,
         forward_step=_step(
-            settings, layers, checkpoint.model["num_layers"], unpadded=bool(settings.unpadded), checkpoint=checkpoint
+            settings,
+            layers,
+            checkpoint.model["num_layers"],
+            unpadded=bool(settings.unpadded),
+            pseudo_tokens=pseudo_tokens,
+            checkpoint=checkpoint,
         ),
         data_step=data_step,
         # NeMo (its optimizer module) only where MegatronStrategy runs the prediction: not imported otherwise
@@ -285,7 +296,7 @@ def _run_prediction(
     data = _prediction_data(settings, records, plan, checkpoint.model["seq_length"])
     clock = LoopTimer()
     writer = PredictionWriter(shards, settings.write_interval.value, keep_existing=True)
-    callbacks = [writer, clock, HostMemoryTrim(every_n_batches=8), RichProgressBar(leave=True)]
+    callbacks = [writer, clock, *callbacks, HostMemoryTrim(every_n_batches=8), RichProgressBar(leave=True)]
     trainer = build_trainer(settings, training=False, callbacks=callbacks)
     trainer.predict(module, datamodule=data, return_predictions=False)
     trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
@@ -343,7 +354,33 @@ def _plan(settings: RunSettings, defaults: RecipeDefaults, records: list, todo: 
     return [[todo[k] for k in batch] for batch in batches]
 
 
-def _step(settings: RunSettings, layers: list[int], num_layers: int, unpadded: bool = False, checkpoint: Any = None):
+def _pseudo_perplexity_plan(settings: RunSettings, records: list, plan: list[list[int]], *, gpu: bool) -> Any:
+    """The pseudo-perplexity's tokens per forward pass and its timer; prints its cost (the launching rank)."""
+    from bionemo.esm2.pseudo_perplexity import (
+        PseudoPerplexityTimer,
+        cost_line,
+        pseudo_perplexity_cost,
+        tokens_per_forward,
+    )
+    from bionemo.recipes.trainers import is_launching_rank
+
+    budget = tokens_per_forward(settings.tokens_per_batch, gpu)
+    lengths = [[len(records[i].sequence) + 2 for i in batch] for batch in plan]
+    if is_launching_rank():
+        print(cost_line(pseudo_perplexity_cost(lengths, budget, unpadded=bool(settings.unpadded))), file=sys.stderr)
+    # rank 0 (the one that prints) predicts batches 0, dp, 2 dp, ...; a batch costs its copies and its sequences
+    costs = [sum((length - 1) * length for length in batch) for batch in lengths[:: settings.data_parallel_size()]]
+    return budget, PseudoPerplexityTimer(costs)
+
+
+def _step(
+    settings: RunSettings,
+    layers: list[int],
+    num_layers: int,
+    unpadded: bool = False,
+    pseudo_tokens: int | None = None,
+    checkpoint: Any = None,
+):
     """The predict step of ``--include``; ``checkpoint`` (loaded) gives the contact head for contacts."""
     import torch
 
@@ -365,6 +402,7 @@ def _step(settings: RunSettings, layers: list[int], num_layers: int, unpadded: b
         num_layers=num_layers,
         output_dtype=getattr(torch, settings.output_dtype.value),
         unpadded=unpadded,
+        pseudo_perplexity_tokens=pseudo_tokens,
         contact_head=contact_head,
     )
 

@@ -8,6 +8,7 @@ import torch
 from bionemo.esm2.contacts import ContactHead, ContactLogits, flat_contacts
 from bionemo.esm2.model import vocab_logits
 from bionemo.esm2.packing import repad, unpad
+from bionemo.esm2.pseudo_perplexity import copy_groups
 from bionemo.losses import ParallelGroups, token_cross_entropy
 
 __all__ = ["forward_step", "make_predict_step"]
@@ -38,6 +39,7 @@ def make_predict_step(
     vocab_size: int = 33,
     output_dtype: torch.dtype = torch.float32,
     unpadded: bool = False,
+    pseudo_perplexity_tokens: int | None = None,
     contact_head: ContactHead | None = None,
 ):
     """The prediction forward step over :class:`bionemo.esm2.data.PredictionDataset` batches.
@@ -54,7 +56,8 @@ def make_predict_step(
     - ``logits [b, s, vocab_size]``: raw scores, position 0 = ``<cls>``, zeros at padding positions.
     - ``perplexity [b]``: exp of the mean cross-entropy over the masked positions of ``masked_tokens``.
     - ``pseudo_perplexity [b]``: exp of the mean over residues of the true residue's cross-entropy with only
-      that residue masked (one copy of the sequence per residue, run ``b`` copies at a time).
+      that residue masked (one copy of the sequence per residue; the copies of the batch's sequences run in
+      forward passes of up to ``pseudo_perplexity_tokens`` tokens, by default the batch's padded size).
     - ``contacts [b, max L_i^2]`` (with ``contact_head``): float32 contact probabilities of residue pairs, row
       ``i`` sequence ``i``'s ``[L_i, L_i]`` row-major then zeros (:func:`bionemo.esm2.contacts.flat_contacts`),
       from the attention maps of the unmasked forward pass; padded batches at tensor parallel size 1 only
@@ -110,7 +113,9 @@ def make_predict_step(
             out["contacts"] = flat_contacts(contacts.probabilities(), residues_per_sequence)
         if pseudo_perplexity:
             residues_per_sequence = (real.sum(dim=1) - 2).clamp(min=1)
-            sums = _pseudo_loss_sums(model, batch, mask_id, unpadded=unpadded)
+            sums = _pseudo_loss_sums(
+                model, batch, mask_id, unpadded=unpadded, tokens_per_forward=pseudo_perplexity_tokens
+            )
             out["pseudo_perplexity"] = torch.exp(sums / residues_per_sequence)
         if perplexity:
             out["perplexity"] = _masked_perplexity(model, batch, unpadded=unpadded)
@@ -211,34 +216,47 @@ def _logits(
     return repad(model(ids, None, unpadded=sequences), index, *tokens.shape)
 
 
-def _pseudo_loss_sums(model: Any, batch: dict[str, Any], mask_id: int, *, unpadded: bool = False) -> torch.Tensor:
-    """Per sequence, the summed cross-entropy of each residue predicted with only that residue masked.
+def _pseudo_loss_sums(
+    model: Any,
+    batch: dict[str, Any],
+    mask_id: int,
+    *,
+    unpadded: bool = False,
+    tokens_per_forward: int | None = None,
+) -> torch.Tensor:
+    """``[b]`` per sequence, the summed cross-entropy of each residue predicted with only that residue masked.
 
-    The copies are planned on the host from ``batch["host_lengths"]`` (tokens per sequence, set by
-    :func:`bionemo.esm2.data.data_step` before the copy to the device), so the loop never waits for the device;
-    ``unpadded``: each group of copies runs concatenated, without its padding.
+    The copies (one per residue) of all the batch's sequences are grouped into forward passes of at most
+    ``tokens_per_forward`` tokens (:func:`bionemo.esm2.pseudo_perplexity.copy_groups`; None: the batch's own
+    padded size), each group cut to its longest copy. The groups are planned on the host from
+    ``batch["host_lengths"]`` (tokens per sequence, set by :func:`bionemo.esm2.data.data_step` before the copy to
+    the device), so the loop never waits for the device; ``unpadded``: each group runs concatenated, without its
+    padding.
     """
     tokens, real = batch["tokens"], batch["attention_mask"]
-    b = tokens.shape[0]
+    b, s = tokens.shape
     host_lengths = torch.as_tensor(batch["host_lengths"])
     lengths = host_lengths - 2  # residues
     rows = torch.repeat_interleave(torch.arange(b), lengths)  # one copy per residue
     starts = torch.cumsum(lengths, 0) - lengths
     positions = torch.arange(len(rows)) - starts[rows] + 1  # 1..L of each sequence
+    row_lengths = host_lengths[rows]
     totals = torch.zeros(b, device=tokens.device, dtype=torch.float32)
     mask = torch.full((), mask_id, dtype=tokens.dtype, device=tokens.device)  # a device value: no sync to assign
     group = ParallelGroups.current().tensor
-    padded = batch.get("padding") is not None
-    for host_rows, position in zip(rows.split(max(1, b)), positions.split(max(1, b)), strict=True):
+    budget = tokens_per_forward or b * s
+    for start, stop, width in copy_groups(host_lengths.tolist(), budget, unpadded=unpadded):
+        host_rows = rows[start:stop]
         sequence = host_rows.to(tokens.device, non_blocking=True)
-        position = position.to(tokens.device, non_blocking=True)
-        copies = tokens[sequence].clone()
-        picked = torch.arange(len(sequence), device=tokens.device)
+        position = positions[start:stop].to(tokens.device, non_blocking=True)
+        copies = tokens[sequence, :width].clone()
+        picked = torch.arange(stop - start, device=tokens.device)
         labels = torch.full_like(copies, -100)
         labels[picked, position] = copies[picked, position]
         copies[picked, position] = mask
-        padding = real[sequence] if padded else None
-        logits = _logits(model, copies, padding, host_lengths[host_rows], unpadded=unpadded)
+        padded = bool(row_lengths[start:stop].min() < width)  # host values: no wait for the device
+        padding = real[sequence, :width] if padded else None
+        logits = _logits(model, copies, padding, row_lengths[start:stop], unpadded=unpadded)
         loss = token_cross_entropy(logits, labels, group).sum(dim=1)  # [copies]
         totals.index_add_(0, sequence, loss.float())
     return totals
