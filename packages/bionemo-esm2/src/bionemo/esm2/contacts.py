@@ -7,7 +7,15 @@ residues (no ``<cls>``, no last position), symmetrized (``A + A^T``) and average
 of each residue pair, adds its bias and takes the sigmoid.
 
 Here the weighted sum is accumulated layer by layer as :class:`bionemo.esm2.model.ESM2Model` hands out the
-attention probabilities (``attention_maps``), so the maps of all layers are never held at once. The head's
+attention probabilities (``attention_maps``), so the maps of all layers are never held at once, and in a
+factored form that reads each map three times instead of building the symmetrized and corrected copies. With
+``A_c = M * P_c`` (``P_c`` a head's map cut to the residues, ``M = m m^T`` the mask of kept positions),
+``sym_c = A_c + A_c^T``, its row sums ``r_c = rows(A_c) + cols(A_c)`` and total ``t_c = sum(r_c)``:
+
+    sum_c w_c (sym_c - r_c r_c^T / t_c) = M * (W + W^T) - sum_c (w_c / t_c) r_c r_c^T,  W = sum_c w_c P_c
+
+where ``rows(A_c)_i = m_i (P_c m)_i`` and ``cols(A_c)_j = m_j (m^T P_c)_j``: one weighted sum and two
+matrix-vector products per map, and a rank-``c`` update. The head's
 tensors (``bionemo.esm2.hf_layout.CONTACT_HEAD``) live in the checkpoint beside the model's; the megatron model
 does not hold them, so a checkpoint without them (a trained bionemo model) loads for everything else.
 """
@@ -19,18 +27,10 @@ import torch
 
 from bionemo.esm2.hf_layout import CONTACT_HEAD
 
-__all__ = ["EOS_TOKEN_ID", "ContactHead", "ContactLogits", "average_product_correct", "flat_contacts"]
+__all__ = ["EOS_TOKEN_ID", "ContactHead", "ContactLogits", "flat_contacts"]
 
 EOS_TOKEN_ID = 2
 """``<eos>``'s id in ESM-2's vocabulary: its attention rows and columns are zeroed before the regression."""
-
-
-def average_product_correct(maps: torch.Tensor) -> torch.Tensor:
-    """``maps - rowsum * colsum / total`` over the last two dimensions (APC; transformers' formula)."""
-    rows = maps.sum(-1, keepdim=True)
-    columns = maps.sum(-2, keepdim=True)
-    total = maps.sum((-1, -2), keepdim=True)
-    return maps - rows * columns / total
 
 
 class ContactHead:
@@ -77,24 +77,31 @@ class ContactLogits:
         if attention_mask is not None:
             keep = keep & attention_mask.bool()
         self.head = head
-        self.keep = keep.float()  # [b, s]
+        # no <cls>, no last position (an <eos> or padding); <eos> and padding inside are masked
+        self.keep = keep[:, 1:-1].float()  # [b, S]
         b, s = tokens.shape
-        self.sum = torch.zeros(b, s - 2, s - 2, dtype=torch.float32, device=tokens.device)
+        self.weighted = torch.zeros(b, s - 2, s - 2, dtype=torch.float32, device=tokens.device)  # W
+        self.correction = torch.zeros_like(self.weighted)  # sum_c (w_c / t_c) r_c r_c^T
         self.weight = head.weight.to(tokens.device)
 
     def __call__(self, layer: int, first_head: int, probabilities: torch.Tensor) -> None:
-        """Add the weighted, corrected maps of heads ``first_head ..`` of ``layer`` (``[b, heads, s, s]``)."""
-        keep = self.keep[:, None]
-        maps = probabilities.float() * keep[..., :, None] * keep[..., None, :]
-        maps = maps[..., 1:-1, 1:-1]  # no <cls>, no last position (an <eos> or padding, zeroed above)
-        maps = average_product_correct(maps + maps.transpose(-1, -2))
+        """Add heads ``first_head ..`` of ``layer`` (``probabilities [b, heads, s, s]``; see the module docstring)."""
+        maps = probabilities[..., 1:-1, 1:-1].float()  # [b, c, S, S]
         start = layer * self.head.num_heads + first_head
         weight = self.weight[start : start + maps.shape[1]]
-        self.sum += torch.einsum("bcij,c->bij", maps, weight)
+        self.weighted += torch.einsum("bcij,c->bij", maps, weight)
+        keep = self.keep[:, None]  # [b, 1, S]
+        rows = torch.matmul(maps, keep[..., None])[..., 0] * keep  # rows(A_c) [b, c, S]
+        columns = torch.matmul(keep[..., None, :], maps)[..., 0, :] * keep  # cols(A_c)
+        sums = rows + columns  # r_c
+        scaled = sums * (weight[:, None] / sums.sum(-1, keepdim=True))  # (w_c / t_c) r_c
+        self.correction += torch.matmul(scaled.transpose(1, 2), sums)
 
     def probabilities(self) -> torch.Tensor:
         """``[b, s - 2, s - 2]`` contact probabilities of residue pairs (float32; rows past a sequence: padding)."""
-        return torch.sigmoid(self.sum + self.head.bias.to(self.sum.device))
+        mask = self.keep[:, :, None] * self.keep[:, None, :]
+        logits = mask * (self.weighted + self.weighted.transpose(1, 2)) - self.correction
+        return torch.sigmoid(logits + self.head.bias.to(logits.device))
 
 
 def flat_contacts(probabilities: torch.Tensor, residues: torch.Tensor) -> torch.Tensor:

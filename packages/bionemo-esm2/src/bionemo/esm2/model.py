@@ -439,11 +439,11 @@ def attention_probabilities(
     factor = head_dim**-0.5 if scale is None else scale
     chunk = max(1, _MAP_ELEMENTS // max(1, batch * seq * key.shape[0]))
     for start in range(0, heads, chunk):
-        q = query[:, :, start : start + chunk].permute(1, 2, 0, 3).float()  # [b, c, s, d]
+        q = query[:, :, start : start + chunk].permute(1, 2, 0, 3).float() * factor  # [b, c, s, d]
         k = key[:, :, start : start + chunk].permute(1, 2, 3, 0).float()  # [b, c, d, s]
-        scores = torch.matmul(q, k) * factor
+        scores = torch.matmul(q, k)
         if mask is not None:
-            scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)
+            scores.masked_fill_(mask, torch.finfo(scores.dtype).min)
         yield start, scores.softmax(dim=-1)
 
 
