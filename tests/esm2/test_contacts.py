@@ -65,9 +65,11 @@ def test_predict_contacts_equal_transformers_in_input_order_whatever_the_batchin
     sequences = random_sequences(7, seed=11, low=3, high=30)
     reference = reference_contacts(hf_folder, sequences)
     outputs = {}
-    for mbs in ("3", "7"):  # length-sorted batches of 3 (three padded lengths) and one batch of all
+    # length-sorted batches of 3 (three padded lengths) joined into one shard, and one batch of all
+    for mbs, interval, dtype in (("3", "epoch", "float32"), ("7", "batch", "bfloat16")):
         invoke(*predict_args(tmp_path, hf_folder, sequences, f"mbs{mbs}", "--include", "contacts",
-                             "--include", "embeddings", "--micro-batch-size", mbs))  # fmt: skip
+                             "--include", "embeddings", "--micro-batch-size", mbs,
+                             "--write-interval", interval, "--output-dtype", dtype))  # fmt: skip
         ids, outputs[mbs] = read_predictions(tmp_path / f"mbs{mbs}" / "predictions.safetensors")
         assert ids == [f"s{i}" for i in range(7)]
     tensors = outputs["3"]
@@ -80,8 +82,9 @@ def test_predict_contacts_equal_transformers_in_input_order_whatever_the_batchin
     for mine, theirs in zip(parts, reference, strict=True):
         torch.testing.assert_close(mine, theirs, rtol=0, atol=1e-4)
         torch.testing.assert_close(mine, mine.T, rtol=0, atol=1e-6)  # symmetric, as the maps are symmetrized
-    for key in ("contacts", "embeddings"):
-        torch.testing.assert_close(outputs["7"][key], tensors[key], rtol=0, atol=1e-5)
+    assert outputs["7"]["embeddings"].dtype == torch.bfloat16
+    assert outputs["7"]["contacts"].dtype == torch.float32  # probabilities stay float32, as perplexities do
+    torch.testing.assert_close(outputs["7"]["contacts"], tensors["contacts"], rtol=0, atol=1e-5)
 
 
 def test_from_hf_to_hf_keeps_the_contact_head_bit_exact(tmp_path, hf_folder):
