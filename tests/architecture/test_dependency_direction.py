@@ -1,6 +1,7 @@
-"""Dependencies flow one way: core <- collate <- losses <- callbacks <- lightning <- recipes <- esm2 <- cli.
+"""Dependencies flow one way: core <- collate <- losses <- layers <- callbacks <- lightning <- recipes <- esm2 <- cli.
 
-Checks both what each package's source imports and what its pyproject declares.
+Checks both what each package's source imports and what its pyproject declares. ``layers`` (model building
+blocks on megatron-core: LoRA) sits below ``lightning``: it may use torch and megatron-core, never Lightning or NeMo.
 """
 
 import ast
@@ -11,13 +12,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-ORDER = ["core", "collate", "losses", "callbacks", "lightning", "recipes", "esm2", "cli"]
+ORDER = ["core", "collate", "losses", "layers", "callbacks", "lightning", "recipes", "esm2", "cli"]
 
 # Third-party imports each package may make (import name -> distribution), cumulative along ORDER.
 THIRD_PARTY = {
     "core": {"torch": "torch", "safetensors": "safetensors"},
     "collate": {},
     "losses": {"megatron": "megatron-core"},
+    "layers": {},
     "callbacks": {"lightning": "lightning"},
     "lightning": {"nemo": "nemo-toolkit"},
     "recipes": {"pydantic": "pydantic", "yaml": "pyyaml", "matplotlib": "matplotlib"},
