@@ -1,6 +1,7 @@
 """The pseudo-perplexity's masked copies run in forward passes of up to a token budget; the values never change."""
 
 import random
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -127,6 +128,7 @@ def test_timer_prints_the_rest_at_the_first_batch_speed_once():
     now = [100.0]
     lines: list[str] = []
     timer = PseudoPerplexityTimer([10, 30, 50], write=lines.append, clock=lambda: now[0])
+    timer.on_predict_start(SimpleNamespace(global_rank=0), None)  # type: ignore[arg-type]
     timer.on_predict_batch_start(None, None, None, 0)  # type: ignore[arg-type]
     now[0] = 112.0  # the first batch took 12 s for a cost of 10: the other 80 take 96 s
     timer.on_predict_batch_end(None, None, None, None, 0)  # type: ignore[arg-type]
@@ -136,6 +138,11 @@ def test_timer_prints_the_rest_at_the_first_batch_speed_once():
     assert lines == [remaining_line(12.0, 10, 80)]
     assert "the first batch took 12 s; about 1 min 36 s left" in lines[0]
     assert "about 2 h 00 min left" in remaining_line(3600.0, 1, 2)
+    other_rank = PseudoPerplexityTimer([10, 30], write=lines.append, clock=lambda: now[0])
+    other_rank.on_predict_start(SimpleNamespace(global_rank=1), None)  # type: ignore[arg-type]
+    other_rank.on_predict_batch_start(None, None, None, 0)  # type: ignore[arg-type]
+    other_rank.on_predict_batch_end(None, None, None, None, 0)  # type: ignore[arg-type]
+    assert len(lines) == 1
 
 
 def test_predict_prints_the_cost_and_keeps_transformers_values_at_a_small_budget(tmp_path):

@@ -144,9 +144,9 @@ def remaining_line(first_seconds: float, first_tokens: int, later_tokens: int) -
 
 
 class PseudoPerplexityTimer(pl.Callback):
-    """After this rank's first prediction batch, prints the time its other batches will take at that speed.
+    """After global rank 0's first prediction batch, prints the time its other batches will take at that speed.
 
-    ``costs`` are this rank's batches' costs in its order (any unit proportional to time, e.g. tokens of the
+    ``costs`` are rank 0's batches' costs in its order (any unit proportional to time, e.g. tokens of the
     copies plus tokens of the sequences). The line goes to ``write`` (default: stderr, above Rich's progress bar);
     ``clock`` is a ``perf_counter``-like function (a fake one in tests).
     """
@@ -164,6 +164,10 @@ class PseudoPerplexityTimer(pl.Callback):
         self.clock = clock
         self._start: float | None = None
         self._done = False
+
+    @override
+    def on_predict_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        self._done = trainer.global_rank != 0  # one line per run, from the rank that plans it
 
     @override
     def on_predict_batch_start(
