@@ -12,7 +12,9 @@ unchanged until ``B`` has trained. Under tensor parallelism the factors are spli
   over ranks), ``B`` along ``out`` (gathered): every rank holds the whole update, as the base's output is whole.
 
 So ``rank`` must be a multiple of the tensor-parallel size where a column-parallel layer is adapted. Sequence
-parallelism is not supported. :func:`apply_lora` adapts a model in place; :func:`merge_lora` folds the updates
+parallelism is not supported. Dropout draws from torch's default generator: on a row-parallel layer's split input,
+ranks seeded alike draw the same mask pattern on their shards (megatron's own split dropout forks its CUDA RNG
+tracker instead). :func:`apply_lora` adapts a model in place; :func:`merge_lora` folds the updates
 into the base weights; :func:`lora_state_dict` / :func:`load_lora_state_dict` save and load the whole factors.
 
 An adapted layer's ``state_dict`` and ``sharded_state_dict`` keep the base's keys (``weight``, ``bias``) where the
@@ -161,6 +163,8 @@ class LoRALinear(torch.nn.Module):
                 f"rank={config.rank} with tensor parallelism {size}: valid is a multiple of {size} "
                 "(a column-parallel layer's A is split along rank)"
             )
+        if base.output_size % size:
+            raise ValueError(f"LoRA on a layer of {base.output_size} outputs: B splits them over {size} ranks")
         self.base: ColumnParallelLinear | RowParallelLinear = base
         self.rank, self.scale = config.rank, config.scale
         self.dropout = torch.nn.Dropout(config.dropout) if config.dropout > 0 else torch.nn.Identity()
@@ -169,8 +173,6 @@ class LoRALinear(torch.nn.Module):
         torch.nn.init.kaiming_uniform_(whole_a, a=math.sqrt(5))  # peft's (and torch Linear's) initialization
         a_dim = self.partition_dims[0]
         self.lora_A = _Factor(shard_of(whole_a, a_dim, self.group).to(weight.dtype), a_dim)
-        if base.output_size % size:
-            raise ValueError(f"LoRA on a layer of {base.output_size} outputs: B splits them over {size} ranks")
         out_local = base.output_size // size  # B is split along out for either base (NeMo's linear_out)
         self.lora_B = _Factor(torch.zeros(out_local, config.rank, dtype=weight.dtype, device=weight.device), 0)
         self.register_state_dict_post_hook(_base_keys_in_place)
