@@ -120,7 +120,7 @@ def test_a_cpu_training_run_uses_and_reports_the_cpu_defaults_and_its_speed(tmp_
     rows = dict(train(RunSettings(output_dir=tmp_path, accelerator="cpu"), defaults=defaults, recipe=recipe.name))
     printed = capsys.readouterr().out
     assert (
-        "bionemo run train: 7 steps x 8 sequences per step (recipe esm2-demo's defaults for CPUs: --max-steps 7, "
+        "Training 7 steps x 8 sequences per step (recipe esm2-demo's defaults for CPUs: --max-steps 7, "
         "--global-batch-size 8, --val-check-interval 7)"
     ) in printed
     assert re.search(r"^about [0-9.]+ steps/s: 7 steps in about \d+ s$", printed, re.MULTILINE), printed

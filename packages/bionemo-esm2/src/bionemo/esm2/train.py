@@ -65,7 +65,7 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     check_output_dir(out)
     if is_launching_rank():
         save_settings(settings.model_copy(update={"output_dir": out}), out, training=True)
-        print(f"bionemo run train: {training_plan(given, settings, defaults, gpu=gpu)}", flush=True)
+        print(f"Training {training_plan(given, settings, defaults, gpu=gpu)}", flush=True)
     if data is None:
         # every rank generates the same records (no rank reads a file another may be writing); the file is
         # for the user to look at, written once per node and atomically
