@@ -32,8 +32,8 @@ def test_readme_predict_with_no_arguments(tmp_path):
     assert float(tensors["perplexity"].mean()) == pytest.approx(summary["mean_perplexity"], rel=1e-5)
     assert "mean masked-token perplexity" in result.stdout
     assert not (out / "shards").exists()
-    # a rerun into the same directory replaces the results: same rows, no duplicates
-    bionemo("run", "predict", "--include", "perplexity", cwd=tmp_path)
+    # a rerun with other outputs into the same directory replaces the results with --overwrite: same rows, no duplicates
+    bionemo("run", "predict", "--include", "perplexity", "--overwrite", cwd=tmp_path)
     ids_again, again = read_predictions(out / "predictions.safetensors")
     assert ids_again == expected
     assert "embeddings" not in again
