@@ -94,6 +94,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ),  # fmt: skip
         ("predict: .fasta.gz not gzip", ["predict", "--data", _write(tmp / "plain.fasta.gz", fasta)], "not gzip"),
         ("predict: bad characters, .gz", ["predict", "--data", _gzip(tmp / "bad.fasta.gz", ">a\nMKV1\n")], "['1']"),
+        ("predict: contacts, no contact head", ["predict", "--include", "contacts"], "has no contact head"),
         ("predict: Parquet", ["predict", "--data", _write(tmp / "s.parquet", "PAR1")], "is Parquet"),
         (
             "predict: --output-dir is a file",
