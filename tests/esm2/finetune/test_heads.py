@@ -181,3 +181,13 @@ def test_head_choice_per_task_and_which_export():
             head_config(task, choice)
         assert valid in str(error.value)
         assert error.value.option == "--head"
+
+
+def test_package_exports_every_public_name():
+    import bionemo.esm2.finetune as finetune
+
+    for name in finetune.__all__:
+        assert getattr(finetune, name) is not None
+    assert finetune.build_head is build_head
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        _ = finetune.nothing

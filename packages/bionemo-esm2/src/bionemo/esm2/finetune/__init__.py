@@ -1,8 +1,12 @@
-"""Fine-tuning ESM-2 on labelled sequences: tasks and their CSV files, and the head choices.
+"""Fine-tuning ESM-2 on labelled sequences: tasks and their CSV files, heads, losses and metrics.
 
-Importing it imports no torch: the tasks (:mod:`.tasks`) and head choices (:mod:`.head_config`) are checked before
-anything heavy. The heads, objectives and metrics land as their own modules beside these.
+Importing it imports no torch: the tasks (:mod:`.tasks`) and head choices (:mod:`.head_config`) are loaded at
+once, so input files and options are checked before anything heavy; the heads, objectives and metrics (torch,
+torchmetrics) are loaded on first use.
 """
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from bionemo.esm2.finetune.head_config import (
     HEADS_EXPORTABLE_TO_HF,
@@ -22,18 +26,52 @@ from bionemo.esm2.finetune.tasks import (
     split,
 )
 
+if TYPE_CHECKING:
+    from bionemo.esm2.finetune.heads import ConvTokenHead, HFSequenceHead, HFTokenHead, MeanPoolMLPHead, build_head
+    from bionemo.esm2.finetune.metrics import BEST_METRIC, METRIC_NAMES, BestMetric, Mode, TaskMetrics
+    from bionemo.esm2.finetune.objectives import LossSum, csv_cells, loss_sum, predictions, targets
+
+_LAZY = {
+    "heads": ("ConvTokenHead", "HFSequenceHead", "HFTokenHead", "MeanPoolMLPHead", "build_head"),
+    "metrics": ("BEST_METRIC", "METRIC_NAMES", "BestMetric", "Mode", "TaskMetrics"),
+    "objectives": ("LossSum", "csv_cells", "loss_sum", "predictions", "targets"),
+}
+_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
+
 __all__ = [
+    "BEST_METRIC",
     "HEADS_EXPORTABLE_TO_HF",
     "HEADS_FOR_TASK",
+    "METRIC_NAMES",
+    "BestMetric",
+    "ConvTokenHead",
+    "HFSequenceHead",
+    "HFTokenHead",
     "HeadChoice",
     "HeadConfig",
     "HeadKind",
     "LabelVocabulary",
     "LabelledRecord",
+    "LossSum",
+    "MeanPoolMLPHead",
+    "Mode",
     "OptionError",
     "Task",
+    "TaskMetrics",
+    "build_head",
     "check_label_options",
+    "csv_cells",
     "head_config",
+    "loss_sum",
+    "predictions",
     "read_labelled_csv",
     "split",
+    "targets",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    """The torch-backed names (heads, objectives, metrics), imported from their module on first use."""
+    if name in _MODULE_OF:
+        return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
