@@ -23,7 +23,7 @@ THIRD_PARTY = {
     "callbacks": {"lightning": "lightning"},
     "lightning": {"nemo": "nemo-toolkit"},
     "recipes": {"pydantic": "pydantic", "yaml": "pyyaml", "matplotlib": "matplotlib"},
-    "esm2": {"rich": "rich"},
+    "esm2": {"rich": "rich", "torchmetrics": "torchmetrics"},
     "cli": {"typer": "typer", "rich": "rich"},
 }
 # Where an indirect dependency is imported directly, it must be declared: lightning pulls these in.
