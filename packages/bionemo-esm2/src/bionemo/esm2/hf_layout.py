@@ -334,15 +334,18 @@ def check_contact_head(found: Mapping[str, str], tensors: Mapping[str, TensorInf
             "both contact-head tensors or neither"
         )
     for name, shape in contact_head_shapes(model).items():
-        info = tensors[found[name]]
-        if info.shape != shape:
-            raise CheckpointError(
-                f"tensor {found[name]} has shape {info.shape}, the config needs {shape} (one weight per layer and "
-                f"attention head: {_config_text(model)})"
-            )
-        if not info.floating_point:
-            raise CheckpointError(f"tensor {found[name]} has dtype {info.dtype}; model weights are floating point")
+        _check_tensor(
+            found[name], tensors[found[name]], shape, f"one weight per layer and attention head: {_config_text(model)}"
+        )
     return True
+
+
+def _check_tensor(name: str, info: TensorInfo, shape: tuple[int, ...], why: str) -> None:
+    """``name``'s tensor has ``shape`` (``why``: the config it follows from) and a floating-point type."""
+    if info.shape != shape:
+        raise CheckpointError(f"tensor {name} has shape {info.shape}, the config needs {shape} ({why})")
+    if not info.floating_point:
+        raise CheckpointError(f"tensor {name} has dtype {info.dtype}; model weights are floating point")
 
 
 def _config_text(model: Mapping[str, Any]) -> str:
@@ -404,14 +407,7 @@ def check_hf_layout(tensors: Mapping[str, TensorInfo], model: Mapping[str, Any])
             f"{_listing(missing)}"
         )
     for name, shape in shapes.items():
-        info = tensors[found[name]]
-        if info.shape != shape:
-            raise CheckpointError(
-                f"tensor {found[name]} has shape {info.shape}, the config needs {shape} "
-                f"(config.json: {_config_text(model)})"
-            )
-        if not info.floating_point:
-            raise CheckpointError(f"tensor {found[name]} has dtype {info.dtype}; model weights are floating point")
+        _check_tensor(found[name], tensors[found[name]], shape, f"config.json: {_config_text(model)}")
     check_contact_head(found, tensors, model)
     return found
 
