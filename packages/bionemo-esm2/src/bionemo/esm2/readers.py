@@ -22,6 +22,7 @@ __all__ = [
     "InputError",
     "SequenceRecord",
     "lowercase_note",
+    "open_text",
     "read_sequences",
 ]
 
@@ -83,7 +84,7 @@ def read_sequences(path: Path, max_length: int | None = None, truncate: bool = F
     if gzipped:
         records = _read_gzip(path, parse)
     else:
-        with path.open(newline="", encoding="utf-8-sig", errors="replace") as f:
+        with open_text(path) as f:
             records = parse(path, f)
     if not records:
         raise InputError(f"data file {path} holds no sequences")
@@ -161,10 +162,17 @@ def _parser(path: Path) -> tuple[_Parse, bool]:
     raise InputError(f"data file {path} has {given}; use {valid}, or gzipped: {gz}")
 
 
+def open_text(path: Path) -> IO[str]:
+    """``path`` as text as the readers read it (UTF-8, byte-order mark dropped), decompressed if it ends in ``.gz``."""
+    if path.name.lower().endswith(GZIP_SUFFIX):
+        return gzip.open(path, "rt", newline="", encoding="utf-8-sig", errors="replace")
+    return path.open(newline="", encoding="utf-8-sig", errors="replace")
+
+
 def _read_gzip(path: Path, parse: _Parse) -> list[SequenceRecord]:
     """``parse`` over ``path`` decompressed line by line; a broken gzip stream is an :class:`InputError`."""
     try:
-        with gzip.open(path, "rt", newline="", encoding="utf-8-sig", errors="replace") as f:
+        with open_text(path) as f:
             return parse(path, f)
     except gzip.BadGzipFile as error:
         if "Not a gzipped file" in str(error):

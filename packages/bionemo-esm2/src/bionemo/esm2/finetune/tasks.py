@@ -16,16 +16,15 @@ A mask column (token tasks only) holds one ``0``/``1`` character per residue; ``
 """
 
 import csv
-import gzip
 import math
 import random
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-from bionemo.esm2.readers import CSV_SUFFIXES, FASTA_SUFFIXES, GZIP_SUFFIX, InputError, read_sequences
+from bionemo.esm2.readers import CSV_SUFFIXES, FASTA_SUFFIXES, GZIP_SUFFIX, InputError, open_text, read_sequences
 
 __all__ = [
     "OptionError",
@@ -174,7 +173,7 @@ def read_labelled_csv(
             "and one row per sequence"
         )
     sequences = read_sequences(path, max_length, truncate)
-    with _open_text(path) as lines:
+    with open_text(path) as lines:
         reader = csv.DictReader(lines)
         header = [(c or "").strip() for c in (reader.fieldnames or [])]
         found = {_key(c) for c in header}
@@ -351,13 +350,6 @@ def split(
 
 def _key(column: str) -> str:
     return column.strip().lower()
-
-
-def _open_text(path: Path) -> IO[str]:
-    """``path`` as text, decompressed when its name ends in ``.gz`` (``read_sequences`` has checked the stream)."""
-    if path.name.lower().endswith(GZIP_SUFFIX):
-        return gzip.open(path, "rt", newline="", encoding="utf-8-sig", errors="replace")
-    return path.open(newline="", encoding="utf-8-sig", errors="replace")
 
 
 def _classes(task: Task, records: Iterable[LabelledRecord]) -> set[str]:
