@@ -11,7 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from bionemo.esm2.readers import DATA_FORMATS  # the standard library only: --help stays fast
+from bionemo.esm2.finetune.head_config import HeadChoice  # the standard library only: --help stays fast
+from bionemo.esm2.finetune.spec import LORA_TARGETS, EncoderMode
+from bionemo.esm2.finetune.tasks import Task
+from bionemo.esm2.readers import DATA_FORMATS
 from bionemo.recipes.choices import Accelerator, Include, OutputDtype, Precision, StrategyChoice, WriteIntervalChoice
 
 if TYPE_CHECKING:
@@ -139,7 +142,10 @@ def _run(
             recipe = load_recipe(settings.recipe)
         except KeyError as error:
             raise SettingsError(str(error.args[0]), "--recipe") from None
-        rows = getattr(recipe, command)(settings)
+        run = getattr(recipe, command, None)
+        if run is None:
+            raise SettingsError(f"recipe {settings.recipe} cannot {command}; the ESM-2 recipes can", "--recipe")
+        rows = run(settings)
     except SettingsError as error:
         raise typer.BadParameter(str(error), param_hint=f"'{error.option}'") from None
     except _training_interrupted() as stop:  # evaluated only when something other than a SettingsError is raised
@@ -355,3 +361,101 @@ def predict(
     overrides = {k: v for k, v in locals().items() if k not in ("config", "verbose")}
     overrides.update(truncate=truncate or None, overwrite=overwrite or None)  # unset flags (None): the config decides
     _run("predict", config, overrides, verbose)
+
+
+@run_app.command()
+def finetune(
+    ctx: typer.Context,
+    checkpoint: CkptOpt = None,
+    data: Annotated[
+        Path | None,
+        typer.Option("--data", help="Labelled training CSV: a 'sequence' column, optionally 'id', the label column(s)."),
+    ] = None,
+    val_data: Annotated[
+        Path | None,
+        typer.Option("--val-data", help="Labelled validation CSV. Default: a seeded 10% split of --data."),
+    ] = None,
+    task: Annotated[Task | None, typer.Option("--task", help="What the labels are.", case_sensitive=False)] = None,
+    label_column: Annotated[
+        list[str] | None, typer.Option("--label-column", help="Label column; repeat for several (regression, multilabel).")
+    ] = None,
+    mask_column: Annotated[
+        str | None, typer.Option("--mask-column", help="Per-residue 0/1 string; 0 = not scored (token tasks).")
+    ] = None,
+    head: Annotated[
+        HeadChoice | None,
+        typer.Option(
+            "--head",
+            help="hf: Hugging Face's layout (exports to EsmFor*Classification); mlp: mean over residues -> MLP; "
+            "conv: convolution over residues (token tasks). Default: mlp for sequence tasks, conv for token tasks.",
+            case_sensitive=False,
+        ),
+    ] = None,
+    encoder: Annotated[
+        EncoderMode | None,
+        typer.Option(
+            "--encoder",
+            help="full: train everything; frozen: the head only, on embeddings computed once; lora: LoRA adapters "
+            "and the head. Default: full.",
+            case_sensitive=False,
+        ),
+    ] = None,
+    lora_rank: Annotated[int | None, typer.Option("--lora-rank", min=1, help="LoRA rank. Default: 8.")] = None,
+    lora_alpha: Annotated[
+        float | None, typer.Option("--lora-alpha", min=0.0, help="LoRA scale alpha (update x alpha / rank). Default: 16.")
+    ] = None,
+    lora_dropout: Annotated[
+        float | None, typer.Option("--lora-dropout", min=0.0, max=0.99, help="Dropout on LoRA's input. Default: 0.")
+    ] = None,
+    lora_targets: Annotated[
+        list[str] | None,
+        typer.Option("--lora-targets", help=f"Repeat: layers to adapt among {', '.join(LORA_TARGETS)}. Default: all."),
+    ] = None,
+    head_lr: Annotated[
+        float | None, typer.Option("--head-lr", min=0.0, help="The head's learning rate. Default: --lr.")
+    ] = None,
+    warmup_steps: Annotated[
+        int | None, typer.Option("--warmup-steps", min=0, help="Linear warm-up steps. Default: 10% of --max-steps.")
+    ] = None,
+    patience: Annotated[
+        int | None,
+        typer.Option("--patience", min=1, help="Stop after this many validations without a better metric."),
+    ] = None,
+    recipe: RecipeOpt = None,
+    config: ConfigOpt = None,
+    output_dir: OutOpt = None,
+    devices: DevicesOpt = None,
+    num_nodes: NodesOpt = None,
+    accelerator: AccelOpt = None,
+    strategy: StrategyOpt = None,
+    tensor_parallel: TPOpt = None,
+    pipeline_parallel: PPOpt = None,
+    context_parallel: CPOpt = None,
+    precision: PrecisionOpt = None,
+    micro_batch_size: MBSOpt = None,
+    global_batch_size: GBSOpt = None,
+    truncate: TruncateOpt = False,
+    verbose: VerboseOpt = False,
+    max_steps: Annotated[
+        int | None, typer.Option("--max-steps", min=1, help="Optimizer steps. Default: 10 passes over --data.")
+    ] = None,
+    val_check_interval: Annotated[
+        int | None, typer.Option("--val-check-interval", min=1, help="Steps between validations. Default: a pass.")
+    ] = None,
+    lr: Annotated[
+        float | None,
+        typer.Option("--lr", min=0.0, help="Peak learning rate. Default: 1e-4 full, 5e-4 lora, 1e-3 frozen."),
+    ] = None,
+    no_resume: Annotated[
+        bool,
+        typer.Option("--no-resume", help="Start afresh (default: continue from the checkpoint in --output-dir)."),
+    ] = False,
+    seed: Annotated[int | None, typer.Option("--seed", help="Random seed (split, order, init). Default: 0.")] = None,
+) -> None:
+    """Fine-tune a pretrained ESM-2 (--checkpoint) on labelled sequences; writes a self-describing model.safetensors."""
+    overrides = {k: v for k, v in locals().items() if k not in ("ctx", "config", "no_resume", "verbose")}
+    overrides.update(truncate=truncate or None, resume=False if no_resume else None)  # unset flags: config decides
+    for key in ("task", "head", "encoder"):
+        if overrides[key] is not None:
+            overrides[key] = overrides[key].value
+    _run("finetune", config, overrides, verbose, ctx)

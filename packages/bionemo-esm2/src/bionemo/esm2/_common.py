@@ -11,8 +11,11 @@ from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 __all__ = ["checked_checkpoint", "checked_checkpoint_header", "datamodule", "model_config"]
 
 
-def model_config(model: Mapping[str, Any], settings: RunSettings, *, training: bool = True):
-    """The ``ESM2Config`` of ``model`` settings under this run's parallel layout and precision.
+def model_config(
+    model: Mapping[str, Any], settings: RunSettings, *, training: bool = True, config_class: Any = None, **extra: Any
+):
+    """The ``ESM2Config`` (or ``config_class``, a subclass, with its ``extra`` fields) of ``model`` settings under
+    this run's parallel layout and precision.
 
     Training: parameters are bf16 under MegatronStrategy with bf16 precision; Lightning's strategies keep fp32
     parameters and autocast. Prediction: parameters are in the precision's type (bf16, fp16) on every strategy
@@ -27,7 +30,7 @@ def model_config(model: Mapping[str, Any], settings: RunSettings, *, training: b
     bf16 = settings.precision == Precision.BF16 and (uses_megatron(settings, training=training) or not training)
     fp16 = settings.precision == Precision.FP16 and not training
     params_dtype = torch.bfloat16 if bf16 else torch.float16 if fp16 else torch.float32
-    return ESM2Config(
+    return (config_class or ESM2Config)(
         tensor_model_parallel_size=settings.tensor_parallel,
         pipeline_model_parallel_size=settings.pipeline_parallel,
         context_parallel_size=settings.context_parallel,
@@ -41,6 +44,7 @@ def model_config(model: Mapping[str, Any], settings: RunSettings, *, training: b
         moe_token_dispatcher_type="alltoall",  # no experts; megatron refuses variable lengths with "allgather"
         perform_initialization=training,
         **model,
+        **extra,
     )
 
 

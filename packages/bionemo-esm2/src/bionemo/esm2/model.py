@@ -224,6 +224,8 @@ class ESM2Model(LanguageModule):
     ``output_hidden=True`` it returns ``(logits, hidden [s, b, h])``, the hidden states after the final
     LayerNorm (Hugging Face's ``last_hidden_state``). Stages before the last return the hidden states.
     ``transformer_layer_spec`` defaults to megatron's local layer spec with torch SDPA attention (padding mask).
+    ``lm_head=False`` builds the encoder alone (no LM head, no output layer: fine-tuned models put their own head on
+    the hidden states), which only runs with ``output_logits=False``.
     """
 
     def __init__(
@@ -233,6 +235,7 @@ class ESM2Model(LanguageModule):
         post_process: bool = True,
         parallel_output: bool = True,
         transformer_layer_spec: ModuleSpec | None = None,
+        lm_head: bool = True,
     ) -> None:
         super().__init__(config=config)
         if config.sequence_parallel:
@@ -243,7 +246,7 @@ class ESM2Model(LanguageModule):
         self.parallel_output = parallel_output
         self.vocab_size = config.vocab_size
         self.padded_vocab_size = config.padded_vocab_size
-        self.share_embeddings_and_output_weights = True
+        self.share_embeddings_and_output_weights = lm_head
         self.model_type = ModelType.encoder_or_decoder
         if pre_process:
             self.embedding = ESM2Embedding(config, self.padded_vocab_size)
@@ -256,7 +259,8 @@ class ESM2Model(LanguageModule):
             pre_process=pre_process,
             post_process=post_process,
         )
-        if post_process:
+        self.has_lm_head = post_process and lm_head
+        if self.has_lm_head:
             self.lm_head = ESM2LMHead(config)
             self.output_layer = tensor_parallel.ColumnParallelLinear(
                 config.hidden_size,
@@ -268,7 +272,10 @@ class ESM2Model(LanguageModule):
                 gather_output=not parallel_output,
                 skip_weight_param_allocation=pre_process,
             )
-        if pre_process or post_process:
+        if not lm_head:
+            if pre_process:  # what setup_embeddings_and_output_layer marks; nothing is tied without an output layer
+                self.embedding.word_embeddings.weight.is_embedding_or_output_parameter = True
+        elif pre_process or post_process:
             self.setup_embeddings_and_output_layer()
 
     def set_input_tensor(self, input_tensor: torch.Tensor | list[torch.Tensor]) -> None:
@@ -328,6 +335,8 @@ class ESM2Model(LanguageModule):
             hidden, captured = self._context_outputs(hidden, captured, input_ids.shape[1], group, gather_context)
         logits = None
         if output_logits:
+            if not self.has_lm_head:
+                raise ValueError("this ESM2Model was built without its language-model head (lm_head=False): no logits")
             logits, _ = self.output_layer(self.lm_head(hidden), weight=self.shared_embedding_or_output_weight())
             logits = self._hide_vocab_padding(logits)
         if hidden_layers:

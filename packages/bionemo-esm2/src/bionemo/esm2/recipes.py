@@ -121,6 +121,12 @@ class ESM2Recipe:
 
         return train(settings, defaults=self.defaults, recipe=self.name)
 
+    def finetune(self, settings: "RunSettings") -> SummaryRows:
+        """``bionemo run finetune``: see :func:`bionemo.esm2.finetune.train.finetune`."""
+        from bionemo.esm2.finetune.train import finetune
+
+        return finetune(settings, defaults=self.defaults, recipe=self.name)
+
     def predict(self, settings: "RunSettings") -> SummaryRows:
         """``bionemo run predict``: see :func:`bionemo.esm2.predict.predict`."""
         from bionemo.esm2.predict import predict

@@ -1,6 +1,6 @@
 """Optimizers: the default Megatron one, and the torch optimizer that honours the same config off Megatron."""
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -30,7 +30,10 @@ def default_megatron_optimizer() -> "MegatronOptimizerModule":
 
 
 def torch_optimizer_from_config(
-    config: OptimizerConfig, params: Iterable[torch.nn.Parameter] | Iterable[tuple[str, torch.nn.Parameter]]
+    config: OptimizerConfig,
+    params: Iterable[torch.nn.Parameter] | Iterable[tuple[str, torch.nn.Parameter]],
+    scale_lr_cond: Callable[[str, torch.nn.Parameter], bool] | None = None,
+    lr_mult: float = 1.0,
 ) -> torch.optim.Optimizer:
     """The torch optimizer matching a megatron ``OptimizerConfig``, for Lightning's own strategies.
 
@@ -40,12 +43,15 @@ def torch_optimizer_from_config(
 
     ``params`` as ``(name, parameter)`` pairs (``module.named_parameters()``) get megatron's parameter groups
     (:func:`megatron_param_groups`: no weight decay for biases and 1-D parameters); plain parameters form one
-    group with ``weight_decay``. Parameters that do not require gradients are left out.
+    group with ``weight_decay``. Parameters that do not require gradients are left out. ``scale_lr_cond`` and
+    ``lr_mult`` are megatron's (and NeMo's ``MegatronOptimizerModule``'s): named parameters for which
+    ``scale_lr_cond(name, param)`` holds go to groups whose ``lr_mult`` is ``lr_mult`` (others 1.0), which a
+    schedule such as ``bionemo.recipes.schedules.WarmupCosine`` applies, as megatron's scheduler does.
 
     Raises:
         ValueError: For any other ``config.optimizer``.
     """
-    groups = megatron_param_groups(params, config.weight_decay)
+    groups = megatron_param_groups(params, config.weight_decay, scale_lr_cond, lr_mult)
     lr = config.lr if config.lr is not None else 1e-3
     if config.optimizer == "adam":
         return torch.optim.AdamW(
@@ -57,24 +63,36 @@ def torch_optimizer_from_config(
 
 
 def megatron_param_groups(
-    params: Iterable[torch.nn.Parameter] | Iterable[tuple[str, torch.nn.Parameter]], weight_decay: float
+    params: Iterable[torch.nn.Parameter] | Iterable[tuple[str, torch.nn.Parameter]],
+    weight_decay: float,
+    scale_lr_cond: Callable[[str, torch.nn.Parameter], bool] | None = None,
+    lr_mult: float = 1.0,
 ) -> list[dict[str, Any]]:
     """Parameter groups with megatron-core's weight-decay rule, as torch optimizers take them.
 
     megatron's ``_get_param_groups`` (without a ``no_weight_decay_cond``) exempts parameters whose name ends in
     ``.bias`` and every 1-D parameter (LayerNorm weights); the others decay by ``weight_decay``. Plain
-    parameters (no names) all decay. Groups keep the parameters' order; an empty group is left out.
+    parameters (no names) all decay. Named parameters for which ``scale_lr_cond(name, param)`` holds form their
+    own groups with ``"lr_mult": lr_mult`` (the others ``1.0``), as megatron's groups do. Groups keep the
+    parameters' order; an empty group is left out.
     """
-    decay: list[torch.nn.Parameter] = []
-    no_decay: list[torch.nn.Parameter] = []
+    grouped: dict[tuple[bool, bool], list[torch.nn.Parameter]] = {}
     for item in params:
         name, param = item if isinstance(item, tuple) else (None, item)
         if not param.requires_grad:
             continue
         exempt = name is not None and (name.endswith(".bias") or param.dim() == 1)
-        (no_decay if exempt else decay).append(param)
-    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return [group for group in groups if group["params"]]
+        scaled = name is not None and scale_lr_cond is not None and bool(scale_lr_cond(name, param))
+        grouped.setdefault((exempt, scaled), []).append(param)
+    return [
+        {
+            "params": grouped[key],
+            "weight_decay": 0.0 if key[0] else weight_decay,
+            **({"lr_mult": lr_mult if key[1] else 1.0} if scale_lr_cond is not None else {}),
+        }
+        for key in ((False, False), (True, False), (False, True), (True, True))
+        if key in grouped
+    ]
 
 
 def init_adam_state(optimizer: Any) -> None:

@@ -327,7 +327,12 @@ class LightningStepRunner:
                 "BionemoLightningModule(optimizer=None) can only predict; pass a MegatronOptimizerModule "
                 "(e.g. bionemo.lightning.default_megatron_optimizer()) to train"
             )
-        optimizer = torch_optimizer_from_config(module.optim.config, module.named_parameters())
+        optimizer = torch_optimizer_from_config(
+            module.optim.config,
+            module.named_parameters(),
+            getattr(module.optim, "scale_lr_cond", None),
+            getattr(module.optim, "lr_mult", 1.0),
+        )
         scheduler = getattr(module.optim, "lr_scheduler", None)
         return scheduler(module, optimizer) if scheduler is not None else optimizer
 

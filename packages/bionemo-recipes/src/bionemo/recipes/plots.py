@@ -8,22 +8,32 @@ __all__ = ["plot_curves", "read_curves"]
 _CURVES = ("reduced_train_loss", "val_ppl")
 
 
-def read_curves(metrics_csv: Path) -> dict[str, list[tuple[int, float]]]:
-    """``(step, value)`` of ``reduced_train_loss`` and ``val_ppl`` in Lightning's CSV log, in logged order."""
-    points: dict[str, list[tuple[int, float]]] = {key: [] for key in _CURVES}
+def read_curves(metrics_csv: Path, keys: tuple[str, ...] = _CURVES) -> dict[str, list[tuple[int, float]]]:
+    """``(step, value)`` of each of ``keys`` (default ``reduced_train_loss``, ``val_ppl``) in Lightning's CSV log,
+    in logged order."""
+    points: dict[str, list[tuple[int, float]]] = {key: [] for key in keys}
     if metrics_csv.is_file():
         with metrics_csv.open(newline="") as f:
             for row in csv.DictReader(f):
-                for key in _CURVES:
+                for key in keys:
                     if row.get("step") and row.get(key):
                         points[key].append((int(float(row["step"])), float(row[key])))
     return points
 
 
-def plot_curves(metrics_csv: Path, png: Path) -> Path | None:
-    """Plot training loss and validation perplexity per step from Lightning's CSV log; ``None`` if no data."""
-    curves = read_curves(metrics_csv)
-    train, val = curves["reduced_train_loss"], curves["val_ppl"]
+def plot_curves(
+    metrics_csv: Path,
+    png: Path,
+    *,
+    val_key: str = "val_ppl",
+    loss_label: str = "masked-token cross-entropy",
+    val_label: str = "perplexity",
+    val_title: str = "Validation perplexity",
+) -> Path | None:
+    """Plot training loss and a validation metric (``val_key``, default perplexity) per step from Lightning's CSV
+    log; ``None`` if no data."""
+    curves = read_curves(metrics_csv, ("reduced_train_loss", val_key))
+    train, val = curves["reduced_train_loss"], curves[val_key]
     if not train and not val:
         return None
     import matplotlib
@@ -34,10 +44,10 @@ def plot_curves(metrics_csv: Path, png: Path) -> Path | None:
     fig, (ax_loss, ax_ppl) = plt.subplots(1, 2, figsize=(10, 4))
     if train:
         ax_loss.plot(*zip(*train, strict=True), label="train loss")
-    ax_loss.set(xlabel="step", ylabel="masked-token cross-entropy", title="Training loss")
+    ax_loss.set(xlabel="step", ylabel=loss_label, title="Training loss")
     if val:
-        ax_ppl.plot(*zip(*val, strict=True), marker="o", color="tab:orange", label="val_ppl")
-    ax_ppl.set(xlabel="step", ylabel="perplexity", title="Validation perplexity")
+        ax_ppl.plot(*zip(*val, strict=True), marker="o", color="tab:orange", label=val_key)
+    ax_ppl.set(xlabel="step", ylabel=val_label, title=val_title)
     for ax in (ax_loss, ax_ppl):
         ax.grid(alpha=0.3)
     fig.tight_layout()

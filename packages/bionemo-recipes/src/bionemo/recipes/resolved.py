@@ -16,7 +16,23 @@ SETTINGS_FILE = "settings.yaml"
 """The file in a run's output directory that holds its resolved settings (a valid ``--config``)."""
 
 _PREDICT_ONLY = ("include", "write_interval", "tokens_per_batch", "layer", "output_dtype", "unpadded", "overwrite")
-_TRAIN_ONLY = ("max_steps", "val_check_interval", "lr", "resume", "seed", "model", "global_batch_size")
+_FINETUNE_ONLY = (
+    "val_data",
+    "val_fraction",
+    "task",
+    "label_column",
+    "mask_column",
+    "head",
+    "encoder",
+    "lora_rank",
+    "lora_alpha",
+    "lora_dropout",
+    "lora_targets",
+    "head_lr",
+    "warmup_steps",
+    "patience",
+)
+_TRAIN_ONLY = ("max_steps", "val_check_interval", "lr", "resume", "seed", "model", "global_batch_size", *_FINETUNE_ONLY)
 
 
 def resolved_training_settings(settings: RunSettings, defaults: RecipeDefaults, *, gpu: bool) -> RunSettings:
@@ -86,16 +102,17 @@ def training_plan(given: RunSettings, resolved: RunSettings, defaults: RecipeDef
     return f"{plan} (recipe {resolved.recipe}'s defaults for CPUs: {values})"
 
 
-def save_settings(settings: RunSettings, directory: Path, *, training: bool) -> Path:
-    """Write ``settings`` (those of a training or a prediction run) to ``directory/settings.yaml``, atomically.
+def save_settings(settings: RunSettings, directory: Path, *, training: bool, finetuning: bool = False) -> Path:
+    """Write ``settings`` (those of a training, fine-tuning or prediction run) to ``directory/settings.yaml``.
 
-    The file is a valid ``--config``: rerunning with it (and nothing else) runs the same settings.
+    Written atomically. The file is a valid ``--config``: rerunning with it (and nothing else) runs the same
+    settings. ``finetuning`` (with ``training``) keeps the fine-tuning settings, which other runs leave out.
     """
     import yaml
 
     from bionemo.core.atomic_files import replaced_atomically
 
-    left_out = _PREDICT_ONLY if training else _TRAIN_ONLY
+    left_out = (*_PREDICT_ONLY, *(() if finetuning else _FINETUNE_ONLY)) if training else _TRAIN_ONLY
     values: dict[str, Any] = settings.model_dump(mode="json", exclude=set(left_out))
     path = directory / SETTINGS_FILE
     with replaced_atomically(path) as temporary:

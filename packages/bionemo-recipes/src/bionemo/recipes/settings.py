@@ -57,6 +57,31 @@ class RunSettings(BaseModel):
     seed: int = 0
     model: dict[str, Any] | None = None
     """Model hyper-parameters to change from the recipe's (training only; from a ``--config`` file)."""
+    # finetune (``bionemo run finetune``; values checked by the recipe, e.g. ``bionemo.esm2.finetune``)
+    val_data: Path | None = None
+    """Labelled validation sequences; without them a seeded split of ``data`` (``val_fraction``)."""
+    val_fraction: float = Field(0.1, gt=0, lt=1)
+    """Share of ``data`` held out for validation when no ``val_data`` is given."""
+    task: str | None = None
+    """What the labels are: regression, classification, multilabel, token-classification, token-regression."""
+    label_column: list[str] = Field(default_factory=list)
+    """The label column(s) of the CSV files."""
+    mask_column: str | None = None
+    """Per-residue 0/1 column: 0 = not scored (token tasks)."""
+    head: str | None = None
+    """The prediction head (hf, mlp, conv); None: the task's default."""
+    encoder: str = "full"
+    """What trains of the encoder: full, frozen (head only, on cached embeddings) or lora."""
+    lora_rank: int | None = Field(None, ge=1)
+    lora_alpha: float | None = Field(None, gt=0)
+    lora_dropout: float | None = Field(None, ge=0, lt=1)
+    lora_targets: list[str] = Field(default_factory=list)
+    head_lr: float | None = Field(None, gt=0)
+    """The head's learning rate (default: ``lr``)."""
+    warmup_steps: int | None = Field(None, ge=0)
+    """Steps of linear warm-up before the cosine decay (default: 10% of ``max_steps``)."""
+    patience: int | None = Field(None, ge=1)
+    """Stop after this many validations without a better validation metric (default: never stop early)."""
     # predict
     include: list[Include] = Field(default_factory=lambda: [Include.EMBEDDINGS, Include.PERPLEXITY])
     write_interval: WriteIntervalChoice = WriteIntervalChoice.BATCH

@@ -1,0 +1,112 @@
+"""Labelled sequences as fine-tuning batches: tokens, targets in the heads' layout and which items are scored.
+
+Each item is ``tokens [L + 2]`` (``<cls>`` residues ``<eos>``), ``target`` and ``target_mask`` as
+:func:`bionemo.esm2.finetune.objectives.targets` lays them out (token tasks: residue ``i`` at position ``i + 1``),
+and ``sample_index``. :func:`collate_labelled` right-pads a batch and adds ``attention_mask``, ``residue_mask`` and
+the host-side ``host_lengths`` that :func:`bionemo.esm2.data.data_step` and the unpadded path read.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import Dataset
+
+from bionemo.esm2.finetune.objectives import targets
+from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary
+from bionemo.esm2.tokenizer import ProteinTokenizer
+
+__all__ = ["LabelledDataset", "collate_labelled", "residue_mask"]
+
+
+class LabelledDataset(Dataset):
+    """Labelled records as model inputs and targets.
+
+    With ``length`` larger than the number of records (training: ``max_steps x global batch``), item ``k`` is
+    record ``order_e[k % n]`` where ``order_e`` is a permutation of the records drawn for pass ``e = k // n`` from
+    ``seed``: every pass sees each record once, in a new order, the same on every layout and after a resume.
+    Without ``length`` (validation, prediction) item ``k`` is record ``k``.
+    """
+
+    def __init__(
+        self,
+        records: Sequence[LabelledRecord],
+        vocabulary: LabelVocabulary,
+        *,
+        seed: int = 0,
+        length: int | None = None,
+        tokenizer: ProteinTokenizer | None = None,
+    ) -> None:
+        if not records:
+            raise ValueError("a LabelledDataset needs at least one record")
+        self.records = list(records)
+        self.vocabulary = vocabulary
+        self.seed = seed
+        self.length = len(self.records) if length is None else length
+        self.shuffled = length is not None
+        self.tokenizer = tokenizer or ProteinTokenizer()
+        self._orders: dict[int, list[int]] = {}
+
+    def __len__(self) -> int:
+        return self.length
+
+    def record_index(self, item: int) -> int:
+        """Which record item ``item`` is."""
+        n = len(self.records)
+        if not self.shuffled:
+            return item
+        epoch = item // n
+        order = self._orders.get(epoch)
+        if order is None:
+            generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+            order = self._orders[epoch] = torch.randperm(n, generator=generator).tolist()
+        return order[item % n]
+
+    def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
+        index = self.record_index(item)
+        record = self.records[index]
+        tokens = self.tokenizer.encode(record.sequence)
+        target, mask = targets(self.vocabulary.task, [record], self.vocabulary, seq_len=tokens.shape[0])
+        return {"tokens": tokens, "target": target[0], "target_mask": mask[0], "sample_index": torch.tensor(index)}
+
+
+def residue_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """``[b, s]`` True on residues: real tokens but ``<cls>`` (position 0) and each row's last real one (``<eos>``)."""
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    eos = attention_mask.sum(dim=1, keepdim=True) - 1
+    return attention_mask.bool() & (positions > 0) & (positions < eos)
+
+
+def collate_labelled(items: list[dict[str, torch.Tensor]], pad_id: int) -> dict[str, Any]:
+    """Right-pad items into ``tokens [b, s]``; per-residue targets and masks padded alike (0, False).
+
+    Sequence targets are stacked (``[b]`` class indices or ``[b, k]`` values). Adds ``attention_mask`` (True on
+    real tokens), ``residue_mask`` (:func:`residue_mask`) and ``host_lengths`` (a list: no strategy moves it).
+    """
+    lengths = [item["tokens"].shape[0] for item in items]
+    length = max(lengths)
+    b = len(items)
+    tokens = torch.full((b, length), pad_id, dtype=items[0]["tokens"].dtype)
+    attention = torch.zeros(b, length, dtype=torch.bool)
+    for row, (item, n) in enumerate(zip(items, lengths, strict=True)):
+        tokens[row, :n] = item["tokens"]
+        attention[row, :n] = True
+    per_residue = items[0]["target_mask"].dim() == 1
+    if per_residue:
+        target = torch.zeros(b, length, dtype=items[0]["target"].dtype)
+        target_mask = torch.zeros(b, length, dtype=torch.bool)
+        for row, (item, n) in enumerate(zip(items, lengths, strict=True)):
+            target[row, :n] = item["target"]
+            target_mask[row, :n] = item["target_mask"]
+    else:
+        target = torch.stack([item["target"] for item in items])
+        target_mask = torch.stack([item["target_mask"] for item in items])
+    return {
+        "tokens": tokens,
+        "attention_mask": attention,
+        "residue_mask": residue_mask(attention),
+        "target": target,
+        "target_mask": target_mask,
+        "sample_index": torch.stack([item["sample_index"] for item in items]),
+        "host_lengths": lengths,
+    }

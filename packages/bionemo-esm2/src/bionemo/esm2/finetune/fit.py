@@ -1,0 +1,203 @@
+"""The fine-tuning run itself: data, trainer, fit, the best validation's weights exported, the summary rows."""
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from bionemo.esm2._measured import finite, shown
+from bionemo.esm2.finetune.metrics import BEST_METRIC, METRIC_NAMES
+from bionemo.esm2.finetune.spec import FINETUNE_KEY, EncoderMode, FinetuneSpec
+from bionemo.esm2.finetune.train import LabelledData, finetune_module, trainable_parameters
+from bionemo.recipes.registry import RecipeDefaults, SummaryRows
+from bionemo.recipes.settings import RunSettings
+
+__all__ = ["fit"]
+
+
+def fit(
+    settings: RunSettings,
+    defaults: RecipeDefaults,
+    recipe: str,
+    spec: FinetuneSpec,
+    data: LabelledData,
+    out: Path,
+    start: Any,
+) -> SummaryRows:
+    """Train (from the output folder's newest checkpoint unless ``--no-resume``); export; the summary rows (rank 0)."""
+    import lightning.pytorch as pl
+
+    from bionemo.esm2.finetune.best import BestWeights
+    from bionemo.esm2.weights import full_state_dict
+    from bionemo.recipes.checkpoints import resume_checkpoint
+    from bionemo.recipes.trainers import is_launching_rank
+
+    pl.seed_everything(settings.seed, workers=True, verbose=False)
+    module = finetune_module(settings, defaults, spec, start.tensors)
+    max_steps = defaults.value(settings, "max_steps")
+    datamodule = _datamodule(settings, defaults, spec, data, max_steps)
+    checkpoints = out / "checkpoints"
+    resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
+    best = BestWeights(BEST_METRIC[spec.task])
+    trainer = _trainer(settings, spec, out, checkpoints, max_steps, defaults, resume_from, best)
+    if resume_from is not None and is_launching_rank():
+        print(f"resuming from {resume_from}", file=sys.stderr, flush=True)  # the library's own line is quieted
+    trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
+    best.restore(module)
+    tensors = full_state_dict(module.unwrapped_module())  # gathers tensor-parallel shards: every rank takes part
+    trainable, total = trainable_parameters(module)
+    if trainer.global_rank != 0:
+        return []
+    return _export(settings, recipe, spec, data, trainer, tensors, out, start, best, (trainable, total))
+
+
+def _datamodule(
+    settings: RunSettings, defaults: RecipeDefaults, spec: FinetuneSpec, data: LabelledData, max_steps: int
+) -> Any:
+    """Training items for the whole run (a new order each pass) and the validation set, collated with padding."""
+    import functools
+
+    from bionemo.esm2.finetune.data import LabelledDataset, collate_labelled
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+    from bionemo.lightning import MegatronDataModule
+
+    samples_per_step = defaults.value(settings, "global_batch_size")
+    return MegatronDataModule(
+        micro_batch_size=defaults.value(settings, "micro_batch_size"),
+        global_batch_size=samples_per_step,
+        seq_length=defaults.model["seq_length"],
+        collate_fn=functools.partial(collate_labelled, pad_id=ProteinTokenizer().pad_id),
+        train=LabelledDataset(data.train, spec.labels, seed=settings.seed, length=max_steps * samples_per_step),
+        val=LabelledDataset(data.val, spec.labels),
+    )
+
+
+def _trainer(
+    settings: RunSettings,
+    spec: FinetuneSpec,
+    out: Path,
+    checkpoints: Path,
+    max_steps: int,
+    defaults: RecipeDefaults,
+    resume_from: str | None,
+    best: Any,
+) -> Any:
+    """The trainer: validation metrics, the best weights, early stopping, periodic and Ctrl-C checkpoints, logs."""
+    from lightning.pytorch.callbacks import EarlyStopping
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from bionemo.esm2.finetune.validation import ValidationMetrics
+    from bionemo.recipes.checkpoints import checkpoint_callback, interrupt_checkpoint
+    from bionemo.recipes.duration import DurationEstimate
+    from bionemo.recipes.metrics_log import CSVLogPosition, ResumableCSVLogger
+    from bionemo.recipes.progress import StepProgressBar
+    from bionemo.recipes.trainers import build_trainer
+
+    interval = min(defaults.value(settings, "val_check_interval"), max_steps)
+    metric = BEST_METRIC[spec.task]
+    csv_logger = ResumableCSVLogger(out, name="logs", version="", resume=resume_from is not None)
+    callbacks = [
+        ValidationMetrics(spec.task, spec.num_outputs),  # before BestWeights and EarlyStopping: they read its values
+        best,
+        interrupt_checkpoint(settings, checkpoints),
+        checkpoint_callback(settings, checkpoints, every_n_train_steps=interval),
+        CSVLogPosition(csv_logger),
+        StepProgressBar(leave=True),
+        DurationEstimate(),
+    ]
+    if settings.patience is not None:
+        callbacks.append(
+            EarlyStopping(monitor=metric.key, mode=str(metric.mode), patience=settings.patience, check_finite=False)
+        )
+    return build_trainer(
+        settings,
+        training=True,
+        callbacks=callbacks,
+        logger=[csv_logger, TensorBoardLogger(out, name="logs", version="")],
+        max_steps=max_steps,
+        val_check_interval=interval,
+        default_root_dir=out,
+    )
+
+
+def _export(
+    settings: RunSettings,
+    recipe: str,
+    spec: FinetuneSpec,
+    data: LabelledData,
+    trainer: Any,
+    tensors: dict[str, Any],
+    out: Path,
+    start: Any,
+    best: Any,
+    parameters: tuple[int, int],
+) -> SummaryRows:
+    """Write the self-describing ``model.safetensors`` and the curves; the summary rows."""
+    import torch
+
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+    from bionemo.esm2.train import _batch_label, _precision_label
+    from bionemo.esm2.weights import save_weights
+    from bionemo.recipes.plots import plot_curves
+
+    vocab_size = ProteinTokenizer().vocab_size
+    logged = {
+        k: float(v) for k, v in trainer.callback_metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1
+    }
+    metric = BEST_METRIC[spec.task]
+    final = {f"val_{name}": finite(logged.get(f"val_{name}")) for name in METRIC_NAMES[spec.task]}
+    weights = out / "model.safetensors"
+    model = {k: v for k, v in start.model.items()}
+    save_weights(
+        tensors,
+        weights,
+        {
+            "recipe": recipe,
+            "model": {**model, "vocab_size": vocab_size},
+            "vocab_size": vocab_size,
+            FINETUNE_KEY: spec.to_json(),
+            "steps": trainer.global_step,
+            "best": {"metric": metric.key, "value": finite(best.best), "step": best.best_step},
+            "final_metrics": final,
+            "seed": settings.seed,
+            "started_from": str(start.path),
+        },
+    )
+    plot = plot_curves(
+        out / "logs" / "metrics.csv",
+        out / "training_curves.png",
+        val_key=metric.key,
+        loss_label="task loss",
+        val_label=metric.key.removeprefix("val_"),
+        val_title=f"Validation {metric.key.removeprefix('val_')}",
+    )
+    trainable, total = parameters
+    encoder = {
+        EncoderMode.FULL: "full (every weight trains)",
+        EncoderMode.FROZEN: "frozen (head only)",
+        EncoderMode.LORA: f"LoRA rank {spec.lora.rank if spec.lora else '?'} on "
+        f"{', '.join(spec.lora.targets) if spec.lora else '?'}",
+    }[spec.encoder]
+    best_row = "no validation ran" if best.best is None else f"{shown(best.best, 4)} at step {best.best_step}"
+    return [
+        ("recipe", recipe),
+        (f"started from ({start.source})", start.path),
+        ("task", f"{spec.task} ({', '.join(spec.labels.columns)}; {spec.num_outputs} outputs)"),
+        ("head", f"{spec.head.kind}" + (" (exports to Hugging Face)" if spec.head.exportable_to_hf else "")),
+        ("encoder", encoder),
+        ("trainable parameters", f"{trainable:,} of {total:,}"),
+        ("steps", str(trainer.global_step)),
+        ("precision", _precision_label(settings)),
+        ("batch", _batch_label(settings)),
+        (
+            "sequences (train / val)",
+            f"{len(data.train)} / {len(data.val)}" + (" (split from --data)" if data.split_from_train else ""),
+        ),
+        ("final train loss", shown(logged.get("reduced_train_loss"), 4)),
+        (f"best {metric.key} (exported)", best_row),
+        *((name, shown(value, 4)) for name, value in final.items()),
+        ("weights", weights),
+        ("checkpoints (resume)", out / "checkpoints"),
+        ("logs (CSV, TensorBoard)", out / "logs"),
+        ("loss / metric curve", plot or "not written (no metrics)"),
+        ("settings (rerun with --config)", out / "settings.yaml"),
+    ]

@@ -1,0 +1,90 @@
+"""The fine-tuning options of ``bionemo run finetune``, checked together before any file is read or torch imported."""
+
+from dataclasses import dataclass
+
+from bionemo.esm2.finetune.head_config import HeadChoice, HeadConfig, head_config
+from bionemo.esm2.finetune.spec import LORA_TARGETS, EncoderMode, LoRASettings
+from bionemo.esm2.finetune.tasks import OptionError, Task, check_label_options
+from bionemo.recipes.settings import RunSettings
+
+__all__ = ["DEFAULT_HEAD", "DEFAULT_LR", "FinetuneOptions", "finetune_options"]
+
+DEFAULT_HEAD: dict[Task, HeadChoice] = {
+    Task.REGRESSION: HeadChoice.MLP,
+    Task.CLASSIFICATION: HeadChoice.MLP,
+    Task.MULTILABEL: HeadChoice.MLP,
+    Task.TOKEN_CLASSIFICATION: HeadChoice.CONV,
+    Task.TOKEN_REGRESSION: HeadChoice.CONV,
+}
+"""``--head`` when none is given: the mean-pooled MLP for sequence tasks (bionemo-esm2's default head, which sees
+every residue where Hugging Face's reads the ``<cls>`` vector only), the convolution for per-residue tasks (it sees
+each residue's neighbours)."""
+
+DEFAULT_LR: dict[EncoderMode, float] = {EncoderMode.FULL: 1e-4, EncoderMode.LORA: 5e-4, EncoderMode.FROZEN: 1e-3}
+"""``--lr`` when none is given: smaller the more of the pretrained encoder trains."""
+
+_LORA_OPTIONS = ("lora_rank", "lora_alpha", "lora_dropout", "lora_targets")
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class FinetuneOptions:
+    """What to fine-tune: the task, its label columns, the head, what of the encoder trains."""
+
+    task: Task
+    label_columns: tuple[str, ...]
+    mask_column: str | None
+    head: HeadConfig
+    encoder: EncoderMode
+    lora: LoRASettings | None
+
+
+def finetune_options(settings: RunSettings) -> FinetuneOptions:
+    """The fine-tuning options of ``settings``.
+
+    Raises:
+        OptionError: No or an unknown ``--task``, ``--encoder`` or ``--head``; label options that do not fit the
+            task (:func:`~bionemo.esm2.finetune.tasks.check_label_options`); a head the task cannot use; LoRA options
+            without ``--encoder lora``; invalid LoRA values. ``option`` names the flag.
+    """
+    if settings.task is None:
+        raise OptionError(f"fine-tuning needs --task; valid: {', '.join(t.value for t in Task)}", "--task")
+    task = _choice(Task, settings.task, "--task")
+    encoder = _choice(EncoderMode, settings.encoder, "--encoder")
+    check_label_options(task, settings.label_column, settings.mask_column)
+    choice = DEFAULT_HEAD[task] if settings.head is None else _choice(HeadChoice, settings.head, "--head")
+    head = head_config(task, choice)
+    given = [name for name in _LORA_OPTIONS if getattr(settings, name) not in (None, [])]
+    if given and encoder is not EncoderMode.LORA:
+        flags = ", ".join("--" + name.replace("_", "-") for name in given)
+        raise OptionError(f"{flags} apply to --encoder lora only (got --encoder {encoder})", "--encoder")
+    lora = None
+    if encoder is EncoderMode.LORA:
+        defaults = LoRASettings()
+        targets = tuple(t.strip().lower() for t in settings.lora_targets) or defaults.targets
+        unknown = sorted(set(targets) - set(LORA_TARGETS))
+        if unknown:
+            raise OptionError(f"--lora-targets {unknown}: valid are {', '.join(LORA_TARGETS)}", "--lora-targets")
+        try:
+            lora = LoRASettings(
+                rank=settings.lora_rank or defaults.rank,
+                alpha=settings.lora_alpha or defaults.alpha,
+                dropout=defaults.dropout if settings.lora_dropout is None else settings.lora_dropout,
+                targets=targets,
+            )
+        except ValueError as error:
+            raise OptionError(f"LoRA settings: {error}", "--lora-rank") from None
+    return FinetuneOptions(
+        task=task,
+        label_columns=tuple(settings.label_column),
+        mask_column=settings.mask_column,
+        head=head,
+        encoder=encoder,
+        lora=lora,
+    )
+
+
+def _choice(kind: type, value: str, option: str):
+    try:
+        return kind(str(value).strip().lower())
+    except ValueError:
+        raise OptionError(f"{option} {value!r}: valid are {', '.join(c.value for c in kind)}", option) from None

@@ -1,0 +1,275 @@
+"""``bionemo run finetune``: train a task head (and the encoder, its LoRA adapters, or neither) on labelled CSVs.
+
+Every check that needs no tensor runs first (options, the base checkpoint's headers, both CSV files, the layout,
+the output folder), so bad input is refused in about a second with nothing written. Then the base weights are
+read, the model is trained with AdamW under a warm-up + cosine schedule on every layout ``run train`` supports,
+the task's validation metrics are logged at every check, and the weights of the best validation are exported as a
+self-describing ``model.safetensors`` (:mod:`bionemo.esm2.finetune.spec`).
+"""
+
+import functools
+import math
+import re
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, model_config
+from bionemo.esm2.finetune.options import DEFAULT_LR, FinetuneOptions, finetune_options
+from bionemo.esm2.finetune.spec import LM_HEAD_PREFIXES, EncoderMode, FinetuneSpec
+from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary, OptionError, read_labelled_csv, split
+from bionemo.recipes.choices import Precision
+from bionemo.recipes.registry import RecipeDefaults, SummaryRows
+from bionemo.recipes.settings import RunSettings, SettingsError
+
+__all__ = [
+    "FINETUNE_EPOCHS",
+    "LabelledData",
+    "encoder_tensors",
+    "finetune",
+    "finetune_defaults",
+    "finetune_module",
+    "is_head_parameter",
+    "prepare_model",
+    "read_labelled_data",
+    "trainable_parameters",
+]
+
+FINETUNE_EPOCHS = 10
+"""Passes over the training set when ``--max-steps`` is not given."""
+
+_HEAD_PARAMETER = re.compile(r"(^|\.)head\.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabelledData:
+    """The training and validation records of a run and the labels they define."""
+
+    train: list[LabelledRecord]
+    val: list[LabelledRecord]
+    vocabulary: LabelVocabulary
+    split_from_train: bool
+    """True when the validation records were split off ``--data`` (no ``--val-data``)."""
+
+
+def read_labelled_data(settings: RunSettings, options: FinetuneOptions, max_residues: int) -> LabelledData:
+    """Read ``--data`` and ``--val-data`` (or split ``--data``) and build the label vocabulary from training.
+
+    Raises:
+        SettingsError: Any problem of either file (``--data`` / ``--val-data``), one class only, a validation label
+            the training set lacks.
+    """
+    from bionemo.esm2.readers import InputError
+
+    if settings.data is None:
+        raise SettingsError(
+            "fine-tuning needs labelled data: give --data train.csv (a 'sequence' column, optionally 'id', and the "
+            "label column(s))",
+            "--data",
+        )
+
+    def read(path: Path, option: str) -> list[LabelledRecord]:
+        try:
+            return read_labelled_csv(
+                path, options.task, options.label_columns, options.mask_column, max_residues, settings.truncate
+            )
+        except OptionError as error:
+            raise SettingsError(str(error), error.option) from None
+        except InputError as error:
+            raise SettingsError(str(error), option) from None
+
+    records = read(settings.data, "--data")
+    if settings.val_data is None:
+        try:
+            train, val = split(records, settings.val_fraction, settings.seed, task=options.task)
+        except InputError as error:
+            raise SettingsError(str(error), "--data") from None
+    else:
+        train, val = records, read(settings.val_data, "--val-data")
+    try:
+        vocabulary = LabelVocabulary.from_records(options.task, options.label_columns, train, settings.data)
+        vocabulary.check_unseen(val, settings.val_data or settings.data)
+    except InputError as error:
+        raise SettingsError(str(error), "--val-data" if settings.val_data is not None else "--data") from None
+    return LabelledData(train=train, val=val, vocabulary=vocabulary, split_from_train=settings.val_data is None)
+
+
+def finetune_defaults(
+    recipe: RecipeDefaults, model: dict[str, Any], options: FinetuneOptions, train_size: int
+) -> RecipeDefaults:
+    """Fine-tuning's run defaults: batches of 16, :data:`FINETUNE_EPOCHS` passes, a validation per pass, bf16.
+
+    The learning rate depends on what trains (:data:`~bionemo.esm2.finetune.options.DEFAULT_LR`); the model
+    settings are the base checkpoint's (``model``).
+    """
+    global_batch = 16
+    per_pass = max(1, math.ceil(train_size / global_batch))
+    return replace(
+        recipe,
+        micro_batch_size=16,
+        global_batch_size=global_batch,
+        max_steps=FINETUNE_EPOCHS * per_pass,
+        val_check_interval=per_pass,
+        lr=DEFAULT_LR[options.encoder],
+        precision=Precision.BF16,
+        model=model,
+        cpu=None,
+    )
+
+
+def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> SummaryRows:
+    """Fine-tune the ``--checkpoint`` base on ``--data``; export ``model.safetensors``; the summary rows.
+
+    ``defaults`` are the recipe's; fine-tuning replaces their run length, batches and learning rate
+    (:func:`finetune_defaults`) and takes the model's shape from the base checkpoint.
+    """
+    from bionemo.recipes.resolved import resolved_training_settings, save_settings, training_plan
+    from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank
+
+    try:
+        options = finetune_options(settings)
+    except OptionError as error:
+        raise SettingsError(str(error), error.option) from None
+    if settings.checkpoint is None:
+        raise SettingsError(
+            "fine-tuning starts from a pretrained model: give --checkpoint (a Hugging Face ESM-2 folder or a bionemo "
+            "model.safetensors)",
+            "--checkpoint",
+        )
+    header = checked_checkpoint_header(settings.checkpoint)
+    if getattr(header, "finetune", None) is not None:
+        raise SettingsError(
+            f"{settings.checkpoint} is a fine-tuned model; fine-tuning starts from a pretrained ESM-2 (the base it "
+            "was fine-tuned from, or any Hugging Face ESM-2 folder)",
+            "--checkpoint",
+        )
+    if settings.pipeline_parallel > 1 or settings.context_parallel > 1:
+        raise SettingsError(
+            "fine-tuning runs with data and tensor parallelism (--devices, --tensor-parallel); pipeline and context "
+            "parallelism are for pretraining long sequences: leave --pipeline-parallel and --context-parallel at 1",
+            "--pipeline-parallel" if settings.pipeline_parallel > 1 else "--context-parallel",
+        )
+    model = dict(header.model)
+    data = read_labelled_data(settings, options, model["seq_length"] - 2)
+    spec = FinetuneSpec(
+        task=options.task, head=options.head, labels=data.vocabulary, encoder=options.encoder, lora=options.lora
+    )
+    out = settings.output_dir or Path("bionemo_runs") / "finetune"
+    check_hardware(settings)
+    gpu = accelerator(settings) == "gpu"
+    run_defaults = finetune_defaults(defaults, model, options, len(data.train))
+    given = settings
+    settings = resolved_training_settings(settings, run_defaults, gpu=gpu)
+    _check_lora_layout(spec, settings)
+    check_output_dir(out, create=False)
+    start = checked_checkpoint(header.path)  # the tensors: NaN/Inf
+    check_output_dir(out)
+    if is_launching_rank():
+        save_settings(settings.model_copy(update={"output_dir": out}), out, training=True, finetuning=True)
+        plan = training_plan(given, settings, run_defaults, gpu=gpu)
+        print(f"Fine-tuning ({spec.task}, {spec.head.kind} head, encoder {spec.encoder}): {plan}", flush=True)
+    from bionemo.esm2.finetune.fit import fit
+
+    return fit(settings, run_defaults, recipe, spec, data, out, start)
+
+
+def _check_lora_layout(spec: FinetuneSpec, settings: RunSettings) -> None:
+    """LoRA's rank splits over tensor-parallel ranks on column-parallel layers (qkv, fc1)."""
+    if spec.lora is None or settings.tensor_parallel == 1:
+        return
+    if {"qkv", "fc1"} & set(spec.lora.targets) and spec.lora.rank % settings.tensor_parallel:
+        raise SettingsError(
+            f"--lora-rank {spec.lora.rank} must be a multiple of --tensor-parallel {settings.tensor_parallel} for the "
+            "column-parallel targets (qkv, fc1)",
+            "--lora-rank",
+        )
+
+
+def encoder_tensors(tensors: dict[str, Any]) -> dict[str, Any]:
+    """A pretrained checkpoint's tensors without the language-model head (a fine-tuned model has its own head)."""
+    return {name: value for name, value in tensors.items() if not name.startswith(LM_HEAD_PREFIXES)}
+
+
+def is_head_parameter(name: str, _param: Any = None) -> bool:
+    """Whether a parameter name (under any wrapper's prefix) is the task head's: megatron's ``scale_lr_cond``."""
+    return _HEAD_PARAMETER.search(name) is not None
+
+
+def finetune_module(settings: RunSettings, defaults: RecipeDefaults, spec: FinetuneSpec, start_tensors: Any) -> Any:
+    """The Lightning module: the fine-tuned model (base weights, adapters), AdamW, warm-up + cosine, head lr."""
+    from megatron.core.optimizer import OptimizerConfig
+
+    from bionemo.esm2.data import data_step
+    from bionemo.esm2.finetune.model import ESM2FinetuneConfig
+    from bionemo.esm2.finetune.steps import finetune_forward_step
+    from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
+    from bionemo.recipes.schedules import WarmupCosine
+    from bionemo.recipes.trainers import uses_megatron
+
+    megatron = uses_megatron(settings)
+    lr = defaults.value(settings, "lr")
+    max_steps = defaults.value(settings, "max_steps")
+    warmup = settings.warmup_steps if settings.warmup_steps is not None else max_steps // 10
+    optimizer = OptimizerConfig(
+        optimizer="adam",
+        lr=lr,
+        weight_decay=0.01,
+        use_distributed_optimizer=megatron,
+        bf16=megatron and settings.precision == Precision.BF16,
+        clip_grad=1.0,
+    )
+    head_lr = settings.head_lr or lr
+    config = model_config(defaults.model, settings, config_class=ESM2FinetuneConfig, finetune=_spec_json(spec))
+    return BionemoLightningModule(
+        config,
+        forward_step=finetune_forward_step,
+        data_step=data_step,
+        optimizer=MegatronOptimizerModule(
+            config=optimizer,
+            lr_scheduler=WarmupCosine(max_steps=max_steps, warmup_steps=min(warmup, max_steps)),
+            scale_lr_cond=is_head_parameter if head_lr != lr else None,
+            lr_mult=head_lr / lr,
+        ),
+        model_transform=functools.partial(prepare_model, spec=spec, tensors=encoder_tensors(start_tensors)),
+    )
+
+
+def prepare_model(model: Any, *, spec: FinetuneSpec, tensors: dict[str, Any], with_head: bool = False) -> None:
+    """Load weights into a freshly built fine-tuned model and add its LoRA adapters (a ``model_transform``).
+
+    ``tensors``: encoder tensors (fine-tuning starts: the head keeps its initialisation, adapters are added after
+    the base weights are in) or, with ``with_head``, a fine-tuned file's every tensor (adapters are added first,
+    then everything is loaded).
+    """
+    import torch
+
+    from bionemo.esm2.weights import apply_weights
+    from bionemo.layers import apply_lora
+
+    def adapt() -> None:
+        if spec.lora is not None:
+            apply_lora(model, spec.lora.lora_config())
+            for param in getattr(model, "head", torch.nn.Module()).parameters():
+                param.requires_grad_(True)
+
+    if with_head:
+        adapt()
+        apply_weights(model, tensors)
+        return
+    head = getattr(model, "head", None)
+    own = {} if head is None else {f"head.{k}": v for k, v in head.state_dict().items()}
+    apply_weights(model, {**tensors, **own})
+    adapt()
+
+
+def _spec_json(spec: FinetuneSpec) -> str:
+    import json
+
+    return json.dumps(spec.to_json())
+
+
+def trainable_parameters(module: Any) -> tuple[int, int]:
+    """(trainable, all) parameter counts of this rank's model."""
+    model = module.unwrapped_module()
+    params = list(model.parameters())
+    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)
