@@ -49,6 +49,11 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
         check_same_shape(header.model, defaults.model, recipe, header.path)
     if settings.precision is None and accelerator(settings) == "gpu":
         settings = settings.model_copy(update={"precision": Precision.BF16})  # GPUs predict in bf16 by default
+    spec = getattr(header, "finetune", None)
+    if spec is not None:  # a fine-tuned model: its head's outputs, and of the encoder's only what --include asks
+        from bionemo.esm2.finetune.predict import finetuned_includes
+
+        settings = settings.model_copy(update={"include": finetuned_includes(settings, spec)})
     data = settings.data or BUNDLED_SEQUENCES
     try:
         records = read_sequences(data, header.model["seq_length"] - 2, settings.truncate)
@@ -61,7 +66,7 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     settings = settings.model_copy(update={"unpadded": _unpadded(settings)})
     out = settings.output_dir or Path("bionemo_predictions")
     check_output_dir(out, create=False)
-    stamp = fingerprint(header.path, records, _outputs(settings, layers))
+    stamp = fingerprint(header.path, records, {**_outputs(settings, layers), "finetuned": spec is not None})
     replaced = check_previous_outputs(out, stamp, overwrite=settings.overwrite)
     checkpoint = checked_checkpoint(header.path)  # the tensors: NaN/Inf and what only reading them shows
     _check_contacts(settings, checkpoint)  # a pytorch_model.bin shows its contact head only now
@@ -239,15 +244,31 @@ def _predict(
     timing = _run_prediction(settings, defaults, checkpoint, records, todo, shards, layers) if todo else {}
     if not is_launching_rank() or timing.get("rank", 0) != 0:
         return []
+    metadata = {"recipe": json.dumps(recipe), "checkpoint": json.dumps(str(checkpoint.path)), FINGERPRINT_KEY: stamp}
+    residue_keys = ["residue_embeddings"]
+    spec = getattr(checkpoint, "finetune", None)
+    if spec is not None:
+        from bionemo.esm2.finetune.predict import LABELS_KEY, output_key
+
+        metadata[LABELS_KEY] = json.dumps(list(spec.labels.outputs))
+        if spec.task.per_residue:
+            residue_keys.append(output_key(spec.task))
     path = assemble_predictions(
         out / PREDICTIONS,
         prediction_files(shards),
         [len(r.sequence) for r in records],
         [r.id for r in records],
-        {"recipe": json.dumps(recipe), "checkpoint": json.dumps(str(checkpoint.path)), FINGERPRINT_KEY: stamp},
+        metadata,
+        is_residue_key=lambda key: key.startswith(tuple(residue_keys)),
     )
     shutil.rmtree(shards, ignore_errors=True)
-    return _summarize(settings, checkpoint, records, out, path, timing, resumed=len(records) - len(todo))
+    table = None
+    if spec is not None:
+        from bionemo.esm2.finetune.predict import PREDICTIONS_CSV, write_predictions_csv
+
+        table = write_predictions_csv(out / PREDICTIONS_CSV, path, spec)
+    rows = _summarize(settings, checkpoint, records, out, path, timing, resumed=len(records) - len(todo))
+    return rows if table is None else [*rows, ("predictions (CSV)", table)]
 
 
 def _run_prediction(
@@ -277,21 +298,27 @@ def _run_prediction(
         callbacks.append(timer)
     # No GPU_FUSIONS here: measured on an H200 (tools/bench_predict.py, 150M shape), RoPE compiled for the
     # varying shapes of length-sorted batches cost more (297k tokens/s, start-up +12 s) than it saved (324k).
-    config = model_config(checkpoint.model, settings, training=False)
-    module = BionemoLightningModule(
-        config,
-        forward_step=_step(
+    spec = getattr(checkpoint, "finetune", None)
+    if spec is None:
+        config = model_config(checkpoint.model, settings, training=False)
+        step = _step(
             settings,
             layers,
             checkpoint.model["num_layers"],
             unpadded=bool(settings.unpadded),
             pseudo_tokens=pseudo_tokens,
             checkpoint=checkpoint,
-        ),
+        )
+        transform = functools.partial(_load_weights, tensors=checkpoint.tensors, dtype=config.params_dtype)
+    else:
+        config, step, transform = _finetuned(settings, checkpoint, spec)
+    module = BionemoLightningModule(
+        config,
+        forward_step=step,
         data_step=data_step,
         # NeMo (its optimizer module) only where MegatronStrategy runs the prediction: not imported otherwise
         optimizer=default_megatron_optimizer() if uses_megatron(settings, training=False) else None,
-        model_transform=functools.partial(_load_weights, tensors=checkpoint.tensors, dtype=config.params_dtype),
+        model_transform=transform,
     )
     data = _prediction_data(settings, records, plan, checkpoint.model["seq_length"])
     clock = LoopTimer()
@@ -312,6 +339,37 @@ def _run_prediction(
         # each model replica's first batch (batches are dealt round-robin to data-parallel ranks)
         "first_batches_tokens": sum(tokens(batch) for batch in plan[: settings.data_parallel_size()]),
     }
+
+
+def _finetuned(settings: RunSettings, checkpoint: Any, spec: Any) -> tuple[Any, Any, Any]:
+    """The config, predict step and weight loading of a fine-tuned model (:mod:`bionemo.esm2.finetune.predict`)."""
+    import functools
+
+    import torch
+
+    from bionemo.esm2.finetune.model import ESM2FinetuneConfig
+    from bionemo.esm2.finetune.predict import finetuned_transform, make_finetuned_predict_step
+
+    config = model_config(
+        checkpoint.model,
+        settings,
+        training=False,
+        config_class=ESM2FinetuneConfig,
+        finetune=json.dumps(spec.to_json()),
+    )
+    include = set(settings.include)
+    step = make_finetuned_predict_step(
+        spec,
+        embeddings=Include.EMBEDDINGS in include,
+        residues=Include.RESIDUE_EMBEDDINGS in include,
+        cls=Include.CLS in include,
+        output_dtype=getattr(torch, settings.output_dtype.value),
+        unpadded=bool(settings.unpadded),
+    )
+    transform = functools.partial(
+        finetuned_transform, spec=spec, tensors=checkpoint.tensors, dtype=config.params_dtype
+    )
+    return config, step, transform
 
 
 def _prediction_data(settings: RunSettings, records: list, plan: list[list[int]], seq_length: int) -> Any:

@@ -83,11 +83,14 @@ class ESM2FinetuneModel(ESM2Model):
         residue_mask: torch.Tensor,
         unpadded: UnpaddedSequences | None = None,
         index: torch.Tensor | None = None,
-    ) -> torch.Tensor:
+        output_hidden: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """The head's logits of right-padded ``input_ids [b, s]`` (``residue_mask [b, s]``: True on residues).
 
         ``unpadded`` (with ``index``, :func:`bionemo.esm2.packing.unpad`'s): ``input_ids [1, T]`` holds the batch's
-        real tokens concatenated and the hidden states are put back to ``[b, s]`` before the head.
+        real tokens concatenated and the hidden states are put back to ``[s, b, h]`` before the head.
+        ``output_hidden=True`` returns ``(logits, hidden [s, b, h])``: the encoder's last hidden states (after the
+        final LayerNorm) too, zeros at padding when ``unpadded``.
         """
         out = super().forward(input_ids, attention_mask, output_hidden=True, output_logits=False, unpadded=unpadded)
         if not self.post_process:
@@ -98,4 +101,5 @@ class ESM2FinetuneModel(ESM2Model):
 
             assert index is not None, "unpadded needs the index that puts the tokens back"
             hidden = repad(hidden, index, *residue_mask.shape)
-        return self.head(hidden.transpose(0, 1), residue_mask)
+        logits = self.head(hidden.transpose(0, 1), residue_mask)
+        return (logits, hidden) if output_hidden else logits
