@@ -32,9 +32,17 @@ def fit(
     from bionemo.recipes.trainers import is_launching_rank
 
     pl.seed_everything(settings.seed, workers=True, verbose=False)
-    module = finetune_module(settings, defaults, spec, start.tensors)
     max_steps = defaults.value(settings, "max_steps")
-    datamodule = _datamodule(settings, defaults, spec, data, max_steps)
+    frozen = spec.encoder is EncoderMode.FROZEN
+    if frozen:  # the head alone, on cached encoder outputs: Lightning's own strategies
+        from bionemo.esm2.finetune.frozen_run import frozen_datamodule, frozen_module, lightning_settings
+
+        settings = lightning_settings(settings)
+        module = frozen_module(settings, defaults, spec)
+        datamodule = frozen_datamodule(settings, defaults, spec, data, start, max_steps)
+    else:
+        module = finetune_module(settings, defaults, spec, start.tensors)
+        datamodule = _datamodule(settings, defaults, spec, data, max_steps)
     checkpoints = out / "checkpoints"
     resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
     best = BestWeights(BEST_METRIC[spec.task])
@@ -43,11 +51,24 @@ def fit(
         print(f"resuming from {resume_from}", file=sys.stderr, flush=True)  # the library's own line is quieted
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     best.restore(module)
-    tensors = full_state_dict(module.unwrapped_module())  # gathers tensor-parallel shards: every rank takes part
+    if frozen:
+        from bionemo.esm2.finetune.train import encoder_tensors
+
+        head = module.unwrapped_module().state_dict()  # head.* names, as a fine-tuned file holds them
+        tensors = {**encoder_tensors(start.tensors), **{k: v.detach().cpu() for k, v in head.items()}}
+    else:
+        tensors = full_state_dict(module.unwrapped_module())  # gathers tensor-parallel shards: every rank takes part
     trainable, total = trainable_parameters(module)
     if trainer.global_rank != 0:
         return []
-    return _export(settings, recipe, spec, data, trainer, tensors, out, start, best, (trainable, total))
+    if frozen:
+        total += sum(v.numel() for v in encoder_tensors(start.tensors).values())
+    rows = _export(settings, recipe, spec, data, trainer, tensors, out, start, best, (trainable, total))
+    seconds = getattr(datamodule, "encode_seconds", None)
+    if seconds is not None:
+        at = next(i for i, (name, _) in enumerate(rows) if name == "encoder") + 1
+        rows.insert(at, ("encoder outputs cached", f"{len(data.train) + len(data.val)} sequences in {seconds:.1f} s"))
+    return rows
 
 
 def _datamodule(

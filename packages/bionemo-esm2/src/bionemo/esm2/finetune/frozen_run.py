@@ -1,0 +1,78 @@
+"""The pieces of an ``--encoder frozen`` run: its settings, the head-only module, the caching data module."""
+
+import functools
+from typing import Any
+
+from bionemo.esm2._common import model_config
+from bionemo.esm2.finetune.spec import FinetuneSpec
+from bionemo.recipes.choices import Precision, StrategyChoice
+from bionemo.recipes.registry import RecipeDefaults
+from bionemo.recipes.settings import RunSettings
+
+__all__ = ["frozen_datamodule", "frozen_module", "lightning_settings"]
+
+
+def lightning_settings(settings: RunSettings) -> RunSettings:
+    """``settings`` on Lightning's own strategies: the head is small, DDP over the devices is all it needs."""
+    return settings.model_copy(update={"strategy": StrategyChoice.DDP})
+
+
+def frozen_module(settings: RunSettings, defaults: RecipeDefaults, spec: FinetuneSpec) -> Any:
+    """The head-only Lightning module: AdamW, warm-up + cosine (Lightning's strategies honour the same config)."""
+    from megatron.core.optimizer import OptimizerConfig
+
+    from bionemo.esm2.data import data_step
+    from bionemo.esm2.finetune.frozen import CachedHeadConfig, cached_forward_step
+    from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
+    from bionemo.recipes.schedules import WarmupCosine
+
+    max_steps = defaults.value(settings, "max_steps")
+    warmup = settings.warmup_steps if settings.warmup_steps is not None else max_steps // 10
+    lr = settings.head_lr or defaults.value(settings, "lr")
+    optimizer = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=0.01, clip_grad=1.0)
+    return BionemoLightningModule(
+        CachedHeadConfig(spec=spec, hidden_size=int(defaults.model["hidden_size"])),
+        forward_step=cached_forward_step,
+        data_step=data_step,
+        optimizer=MegatronOptimizerModule(
+            config=optimizer, lr_scheduler=WarmupCosine(max_steps=max_steps, warmup_steps=min(warmup, max_steps))
+        ),
+    )
+
+
+def frozen_datamodule(
+    settings: RunSettings, defaults: RecipeDefaults, spec: FinetuneSpec, data: Any, start: Any, max_steps: int
+) -> Any:
+    """The data module that encodes every sequence once with the base encoder, then serves cached features."""
+    from bionemo.esm2.finetune.frozen import CachedFeaturesDataModule
+    from bionemo.esm2.finetune.train import encoder_tensors
+
+    samples_per_step = defaults.value(settings, "global_batch_size")
+    return CachedFeaturesDataModule(
+        encoder_factory=functools.partial(_encoder, settings=settings, model=dict(defaults.model), start=start),
+        spec=spec,
+        train_records=data.train,
+        val_records=data.val,
+        length=max_steps * samples_per_step,
+        seed=settings.seed,
+        micro_batch_size=defaults.value(settings, "micro_batch_size"),
+        global_batch_size=samples_per_step,
+        seq_length=defaults.model["seq_length"],
+    )
+
+
+def _encoder(device: Any, *, settings: RunSettings, model: dict[str, Any], start: Any) -> Any:
+    """The base encoder (no LM head) with its weights, on ``device``, in the run's precision (bf16 on GPUs)."""
+    import torch
+
+    from bionemo.esm2.finetune.train import encoder_tensors
+    from bionemo.esm2.model import ESM2Model
+    from bionemo.esm2.weights import apply_weights
+    from bionemo.lightning import ensure_model_parallel
+
+    ensure_model_parallel(cuda=device.type == "cuda")
+    precision = settings.precision if device.type == "cuda" else Precision.FP32
+    config = model_config(model, settings.model_copy(update={"precision": precision}), training=False)
+    encoder = ESM2Model(config, lm_head=False)
+    apply_weights(encoder, encoder_tensors(start.tensors))
+    return encoder.to(device=device, dtype=config.params_dtype)
