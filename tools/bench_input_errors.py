@@ -1,10 +1,11 @@
-"""How fast `bionemo run train` / `bionemo run predict` refuse bad input, against `python -c "import torch"`.
+"""How fast `bionemo run train` / `predict` / `finetune` refuse bad input, against `python -c "import torch"`.
 
 Usage: uv run python tools/bench_input_errors.py [--repeat 3]
 Target (project issue 11): every bad input answers with exit code 2 within 3 s of wall time, so the checks must run
 before torch, lightning, nemo or megatron are imported. Each case runs in a fresh process
 (`python -m bionemo.cli ...`) in a scratch folder; the table gives the median wall time, the exit code and whether
-the expected message was printed. Exits 1 if a case gave another exit code or message.
+the expected message was printed. Exits 1 if a case gave another exit code or message. The fine-tuning cases start
+from the bundled checkpoint; one of them needs a fine-tuned model, made first by a 2-step fine-tune (not timed).
 """
 
 import argparse
@@ -47,6 +48,109 @@ def _gzip(path: Path, text: str, *, cut: bool = False) -> str:
     data = gzip.compress(text.encode())
     path.write_bytes(data[: len(data) // 2] if cut else data)
     return str(path)
+
+
+def _labelled_csv(path: Path, *, kinds: tuple[str, ...] = ("a", "b"), rows: int = 20, spoil: str = "") -> str:
+    """A labelled CSV (id, sequence, kind, score, ss); ``spoil``: 'length' cuts row 2's ss, 'number' row 4's score."""
+    lines = ["id,sequence,kind,score,ss"]
+    for i in range(rows):
+        sequence = "MKVLAEDRST"[: 4 + i % 7] * 3
+        ss = "HC" * len(sequence)
+        ss = ss[: len(sequence) - 2] if spoil == "length" and i == 2 else ss[: len(sequence)]
+        score = "high" if spoil == "number" and i == 4 else str(i / rows)
+        lines.append(f"s{i},{sequence},{kinds[i % len(kinds)]},{score},{ss}")
+    return _write(path, "\n".join(lines) + "\n")
+
+
+def _finetuned_model(folder: Path, base: str, train: str) -> str:
+    """A model fine-tuned from ``base`` for 2 steps (its ``model.safetensors``)."""
+    out = folder / "finetuned"
+    args = ["--checkpoint", base, "--data", train, "--task", "classification", "--label-column", "kind"]
+    subprocess.run(
+        [sys.executable, "-m", "bionemo.cli", "run", "finetune", *args, "--output-dir", str(out), "--max-steps", "2"],
+        cwd=folder,
+        capture_output=True,
+        check=True,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+    )
+    return str(out / "model.safetensors")
+
+
+def finetune_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
+    """The cases of `bionemo run finetune` (name, arguments after `bionemo run`, a piece of the expected message)."""
+    from bionemo.esm2.recipes import BUNDLED_CHECKPOINT
+
+    base, train = str(BUNDLED_CHECKPOINT), _labelled_csv(tmp / "labelled.csv")
+    (tmp / "bert").mkdir()
+    _write(tmp / "bert" / "config.json", json.dumps({"model_type": "bert", "architectures": ["BertForMaskedLM"]}))
+    classify = ["--task", "classification", "--label-column", "kind"]
+
+    def finetune(*args: str, data: str | None = train, checkpoint: str | None = base) -> list[str]:
+        words = ["finetune", *(["--checkpoint", checkpoint] if checkpoint else []), *(["--data", data] if data else [])]
+        return [*words, *args, "--output-dir", str(tmp / "finetune_out")]
+
+    token = ["--task", "token-classification", "--label-column", "ss"]
+    regress = ["--task", "regression", "--label-column", "score"]
+    unseen = _labelled_csv(tmp / "unseen.csv", kinds=("a", "b", "c"), rows=4)
+    no_metadata = _safetensors(tmp / "plain.safetensors", "w", {"format": "pt"})
+    return [
+        (
+            "finetune: missing label column",
+            finetune("--task", "classification", "--label-column", "nope"),
+            "the columns found: ['id', 'sequence', 'kind', 'score', 'ss']",
+        ),
+        (
+            "finetune: token labels, other length",
+            finetune(*token, data=_labelled_csv(tmp / "short_ss.csv", spoil="length")),
+            "short_ss.csv:4: sequence 's2': 'ss' has 16 label characters but the sequence has 18 residues",
+        ),
+        (
+            "finetune: non-numeric regression label",
+            finetune(*regress, data=_labelled_csv(tmp / "text_score.csv", spoil="number")),
+            "text_score.csv:6: sequence 's4': 'score' holds 'high', not a finite number",
+        ),
+        (
+            "finetune: one class only",
+            finetune(*classify, data=_labelled_csv(tmp / "one_class.csv", kinds=("a",))),
+            "hold one class only",
+        ),
+        ("finetune: --val-data class unseen", finetune(*classify, "--val-data", unseen), "label(s) ['c']"),
+        ("finetune: unknown --task", finetune("--task", "nope", "--label-column", "kind"), "is not one of"),
+        ("finetune: unknown --head", finetune(*classify, "--head", "nope"), "is not one of 'hf', 'mlp', 'conv'"),
+        (
+            "finetune: --head hf, token-regression",
+            finetune("--task", "token-regression", "--label-column", "ss", "--head", "hf"),
+            "valid for token-regression: conv",
+        ),
+        ("finetune: --lora-rank, encoder full", finetune(*classify, "--lora-rank", "4"), "add --encoder lora"),
+        ("finetune: BERT folder as base", finetune(*classify, checkpoint=str(tmp / "bert")), "model_type 'bert'"),
+        ("finetune: .safetensors, no metadata", finetune(*classify, checkpoint=no_metadata), "no model config"),
+        ("finetune: empty CSV", finetune(*classify, data=_write(tmp / "empty.csv", "")), "is empty"),
+        (
+            "finetune: FASTA as --data",
+            finetune(*classify, data=_write(tmp / "labels.fasta", ">a\nMKVLA\n")),
+            "cannot carry labels",
+        ),
+        ("finetune: no --checkpoint", finetune(*classify, checkpoint=None), "give --checkpoint"),
+        ("finetune: no --task", finetune("--label-column", "kind"), "fine-tuning needs --task"),
+        ("finetune: no --data", finetune(*classify, data=None), "fine-tuning needs labelled data"),
+        ("finetune: --pipeline-parallel 2", finetune(*classify, "--pipeline-parallel", "2"), "at 1"),
+        (
+            "finetune: fine-tuned model as base",
+            finetune(*classify, checkpoint=_finetuned_model(tmp, base, train)),
+            "is a fine-tuned model",
+        ),
+        (
+            "finetune: unknown --lora-targets",
+            finetune(*classify, "--encoder", "lora", "--lora-targets", "nope"),
+            "valid are qkv, proj, fc1, fc2",
+        ),
+        (
+            "finetune: --mask-column, sequence task",
+            finetune(*classify, "--mask-column", "ss"),
+            "applies to the per-residue tasks",
+        ),
+    ]
 
 
 def cases(tmp: Path) -> list[tuple[str, list[str], str]]:
@@ -110,6 +214,7 @@ def cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("train: missing --checkpoint", ["train", "--checkpoint", str(tmp / "nope")], "does not exist"),
         ("train: unknown config key", ["train", "--config", _write(tmp / "c.yaml", "devicez: 2\n")], "devicez"),
         ("train: --devices 0", ["train", "--devices", "0"], "--devices"),
+        *finetune_cases(tmp),
     ]
 
 

@@ -56,7 +56,11 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
     given = [name for name in _LORA_OPTIONS if getattr(settings, name) not in (None, [])]
     if given and encoder is not EncoderMode.LORA:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)
-        raise OptionError(f"{flags} apply to --encoder lora only (got --encoder {encoder})", "--encoder")
+        verb, them = ("applies", "it") if len(given) == 1 else ("apply", "them")
+        raise OptionError(
+            f"{flags} {verb} to --encoder lora only (got --encoder {encoder}); add --encoder lora or leave {them} out",
+            "--encoder",
+        )
     lora = None
     if encoder is EncoderMode.LORA:
         defaults = LoRASettings()
