@@ -16,16 +16,24 @@ from bionemo.esm2.finetune.objectives import targets
 from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary
 from bionemo.esm2.tokenizer import ProteinTokenizer
 
-__all__ = ["LabelledDataset", "collate_labelled", "residue_mask"]
+__all__ = ["GROUPS_PER_BUCKET", "LabelledDataset", "collate_labelled", "residue_mask"]
+
+
+GROUPS_PER_BUCKET = 50
+"""Batches per bucket of :class:`LabelledDataset`'s length grouping (as Hugging Face's ``group_by_length``)."""
 
 
 class LabelledDataset(Dataset):
     """Labelled records as model inputs and targets.
 
     With ``length`` larger than the number of records (training: ``max_steps x global batch``), item ``k`` is
-    record ``order_e[k % n]`` where ``order_e`` is a permutation of the records drawn for pass ``e = k // n`` from
+    record ``order_e[k % n]`` where ``order_e`` is an order of the records drawn for pass ``e = k // n`` from
     ``seed``: every pass sees each record once, in a new order, the same on every layout and after a resume.
-    Without ``length`` (validation, prediction) item ``k`` is record ``k``.
+    With ``group_size`` (the global batch) that order groups similar lengths: the pass's permutation is cut into
+    buckets of :data:`GROUPS_PER_BUCKET` groups, each bucket is sorted by length and cut into groups of
+    ``group_size``, and the groups are shuffled, so a global batch pads little and its micro-batches less (the
+    samples of a step are still a random draw of the data, in random steps). Without ``length`` (validation,
+    prediction) item ``k`` is record ``k``.
     """
 
     def __init__(
@@ -35,15 +43,19 @@ class LabelledDataset(Dataset):
         *,
         seed: int = 0,
         length: int | None = None,
+        group_size: int | None = None,
         tokenizer: ProteinTokenizer | None = None,
     ) -> None:
         if not records:
             raise ValueError("a LabelledDataset needs at least one record")
+        if group_size is not None and group_size < 1:
+            raise ValueError(f"group_size must be at least 1, got {group_size}")
         self.records = list(records)
         self.vocabulary = vocabulary
         self.seed = seed
         self.length = len(self.records) if length is None else length
         self.shuffled = length is not None
+        self.group_size = group_size
         self.tokenizer = tokenizer or ProteinTokenizer()
         self._orders: dict[int, list[int]] = {}
 
@@ -59,8 +71,23 @@ class LabelledDataset(Dataset):
         order = self._orders.get(epoch)
         if order is None:
             generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
-            order = self._orders[epoch] = torch.randperm(n, generator=generator).tolist()
+            order = torch.randperm(n, generator=generator).tolist()
+            if self.group_size is not None:
+                order = self._grouped(order, generator)
+            self._orders[epoch] = order
         return order[item % n]
+
+    def _grouped(self, order: list[int], generator: torch.Generator) -> list[int]:
+        """``order`` with similar lengths in each group of ``group_size`` (see the class docstring)."""
+        assert self.group_size is not None
+        size = self.group_size
+        bucket = size * GROUPS_PER_BUCKET
+        groups: list[list[int]] = []
+        for start in range(0, len(order), bucket):
+            ranked = sorted(order[start : start + bucket], key=lambda i: len(self.records[i].sequence))
+            groups += [ranked[k : k + size] for k in range(0, len(ranked), size)]
+        shuffled = torch.randperm(len(groups), generator=generator).tolist()
+        return [i for g in shuffled for i in groups[g]]
 
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
         index = self.record_index(item)

@@ -1,5 +1,6 @@
 """The fine-tuning run itself: data, trainer, fit, the best validation's weights exported, the summary rows."""
 
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ def fit(
     import lightning.pytorch as pl
 
     from bionemo.esm2.finetune.best import BestWeights
+    from bionemo.esm2.finetune.throughput import StepTimer
     from bionemo.esm2.weights import full_state_dict
     from bionemo.recipes.checkpoints import resume_checkpoint
     from bionemo.recipes.trainers import is_launching_rank
@@ -46,7 +48,8 @@ def fit(
     checkpoints = out / "checkpoints"
     resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
     best = BestWeights(BEST_METRIC[spec.task])
-    trainer = _trainer(settings, spec, out, checkpoints, max_steps, defaults, resume_from, best)
+    timer = StepTimer()
+    trainer = _trainer(settings, spec, out, checkpoints, max_steps, defaults, resume_from, [best, timer])
     if resume_from is not None and is_launching_rank():
         print(f"resuming from {resume_from}", file=sys.stderr, flush=True)  # the library's own line is quieted
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
@@ -68,7 +71,68 @@ def fit(
     if seconds is not None:
         at = next(i for i, (name, _) in enumerate(rows) if name == "encoder") + 1
         rows.insert(at, ("encoder outputs cached", f"{len(data.train) + len(data.val)} sequences in {seconds:.1f} s"))
+    speed = _speed(timer, datamodule, defaults.value(settings, "global_batch_size"))
+    summary = {
+        "task": str(spec.task),
+        "head": str(spec.head.kind),
+        "encoder": str(spec.encoder),
+        "steps": trainer.global_step,
+        "sequences_train": len(data.train),
+        "sequences_val": len(data.val),
+        "trainable_parameters": trainable,
+        "parameters": total,
+        "best": {"metric": best.metric.key, "value": finite(best.best), "step": best.best_step},
+        "final_metrics": _final_metrics(trainer, spec),
+        "encode_seconds": seconds,
+        **speed,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
+    at = next(i for i, (name, _) in enumerate(rows) if name == "weights")
+    rows[at:at] = _speed_rows(speed)
+    rows.append(("summary", out / "summary.json"))
     return rows
+
+
+def _speed(timer: Any, datamodule: Any, global_batch: int) -> dict[str, Any]:
+    """Training tokens per second (residues + 2 per sequence) over the timed steps, and the peak device memory."""
+    dataset = datamodule.datasets["train"]
+    tokens = None
+    if timer.steps and timer.seconds > 0 and dataset is not None:
+        items = range(timer.first_step * global_batch, timer.last_step * global_batch)
+        tokens = sum(len(dataset.records[dataset.record_index(k)].sequence) + 2 for k in items)
+    return {
+        "timed_steps": timer.steps,
+        "timed_seconds": timer.seconds if timer.steps else None,
+        "train_tokens_per_second": tokens / timer.seconds if tokens else None,
+        "peak_memory_gib": None if timer.peak_memory_bytes is None else timer.peak_memory_bytes / 2**30,
+    }
+
+
+def _speed_rows(speed: dict[str, Any]) -> list[tuple[str, str]]:
+    rows = []
+    if speed["train_tokens_per_second"]:
+        rows.append(
+            (
+                "training speed",
+                f"{speed['train_tokens_per_second']:,.0f} tokens/s "
+                f"({speed['timed_steps']} steps after the first in {speed['timed_seconds']:.1f} s, validation excluded)",
+            )
+        )
+    if speed["peak_memory_gib"] is not None:
+        rows.append(("peak device memory", f"{speed['peak_memory_gib']:.1f} GiB"))
+    return rows
+
+
+def _final_metrics(trainer: Any, spec: FinetuneSpec) -> dict[str, float | None]:
+    """The last validation's metrics."""
+    import torch
+
+    logged = trainer.callback_metrics
+    values = {}
+    for name in METRIC_NAMES[spec.task]:
+        value = logged.get(f"val_{name}")
+        values[f"val_{name}"] = finite(float(value)) if isinstance(value, torch.Tensor) else None
+    return values
 
 
 def _datamodule(
@@ -87,7 +151,9 @@ def _datamodule(
         global_batch_size=samples_per_step,
         seq_length=defaults.model["seq_length"],
         collate_fn=functools.partial(collate_labelled, pad_id=ProteinTokenizer().pad_id),
-        train=LabelledDataset(data.train, spec.labels, seed=settings.seed, length=max_steps * samples_per_step),
+        train=LabelledDataset(
+            data.train, spec.labels, seed=settings.seed, length=max_steps * samples_per_step, group_size=samples_per_step
+        ),
         val=LabelledDataset(data.val, spec.labels),
     )
 
@@ -100,7 +166,7 @@ def _trainer(
     max_steps: int,
     defaults: RecipeDefaults,
     resume_from: str | None,
-    best: Any,
+    watchers: list[Any],
 ) -> Any:
     """The trainer: validation metrics, the best weights, early stopping, periodic and Ctrl-C checkpoints, logs."""
     from lightning.pytorch.callbacks import EarlyStopping
@@ -118,7 +184,7 @@ def _trainer(
     csv_logger = ResumableCSVLogger(out, name="logs", version="", resume=resume_from is not None)
     callbacks = [
         ValidationMetrics(spec.task, spec.num_outputs),  # before BestWeights and EarlyStopping: they read its values
-        best,
+        *watchers,
         interrupt_checkpoint(settings, checkpoints),
         checkpoint_callback(settings, checkpoints, every_n_train_steps=interval),
         CSVLogPosition(csv_logger),

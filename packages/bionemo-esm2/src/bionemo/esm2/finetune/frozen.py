@@ -112,8 +112,12 @@ class CachedFeatureDataset(Dataset):
     def __len__(self) -> int:
         return len(self.order)
 
+    def record_index(self, item: int) -> int:
+        """Which record item ``item`` is."""
+        return self.order.record_index(item)
+
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        index = self.order.record_index(item)
+        index = self.record_index(item)
         hidden = self.features[index].float()
         n = hidden.shape[0]
         if self.vocabulary.task.per_residue:

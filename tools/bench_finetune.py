@@ -1,0 +1,208 @@
+"""Fine-tuning throughput and peak memory of ``bionemo run finetune`` against transformers + peft, same weights.
+
+Per ESM-2 shape: a random ``EsmForMaskedLM`` (seeded, nothing downloaded) saved as a Hugging Face folder, and random
+proteins (tools/bench_predict.py's log-normal lengths, median 270, 30-1022 residues) with two random classes.
+
+* transformers + peft in this process: ``EsmForSequenceClassification.from_pretrained(HF_DIR)`` (SDPA), bf16
+  autocast, fused AdamW (lr 1e-4), batches of ``--batch`` sequences in random order padded to the longest; full
+  fine-tuning, and LoRA r=8 / alpha 16 on ``query``, ``key``, ``value``, ``dense`` (peft). Tokenized before timing;
+  ``--warm-up`` untimed steps first. Peak memory: ``torch.cuda.max_memory_allocated``.
+* ``bionemo run finetune --checkpoint HF_DIR --head hf --encoder full|lora`` (the CLI defaults otherwise: bf16,
+  batches of 16 grouped by length) as a subprocess: ``summary.json``'s ``train_tokens_per_second`` (steps after
+  the first three, validation excluded) and ``peak_memory_gib``.
+* ``--frozen``: ``--encoder frozen`` over 10 passes: its one-time encoding (``encode_seconds``) and head training
+  against the same encoding repeated every pass (10 x ``encode_seconds`` + the same head training).
+
+Tokens = sum of (length + 2) of the sequences trained on. Targets: ours >= 5x transformers + peft tokens/s, full and
+LoRA; LoRA's peak memory <= half of full fine-tuning's; frozen >= 5x faster than re-encoding every pass.
+Without CUDA everything runs on the CPU in float32: a smoke run, not a measurement.
+
+Usage (GPU machine): python tools/bench_finetune.py [--shapes 650m,150m --sequences 2000 --steps 30 --batch 16
+    --modes full,lora --frozen --out DIR --skip-hf]
+CPU smoke: uv run python tools/bench_finetune.py --shapes demo --sequences 48 --steps 4 --batch 8 --frozen
+"""
+
+import argparse
+import csv
+import json
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_predict import model_shape, random_proteins, save_random_hf  # noqa: E402
+
+from bionemo.esm2.tokenizer import ProteinTokenizer  # noqa: E402
+
+TOKENIZER = ProteinTokenizer()
+LORA_TARGETS = ["query", "key", "value", "dense"]
+
+
+def write_csv(path: Path, sequences: list[str], seed: int) -> Path:
+    """``id,sequence,label`` with labels drawn at random from two classes."""
+    generator = torch.Generator().manual_seed(seed)
+    labels = torch.randint(0, 2, (len(sequences),), generator=generator).tolist()
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["id", "sequence", "label"])
+        writer.writerows([f"p{i}", s, "ab"[y]] for i, (s, y) in enumerate(zip(sequences, labels, strict=True)))
+    return path
+
+
+def bench_hf(folder: Path, sequences: list[str], mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """transformers (+ peft for ``lora``) training steps: tokens/s and peak memory."""
+    from transformers import EsmForSequenceClassification
+
+    cuda = torch.cuda.is_available()
+    device = torch.device("cuda" if cuda else "cpu")
+    model = EsmForSequenceClassification.from_pretrained(folder, num_labels=2, attn_implementation="sdpa").to(device)
+    if mode == "lora":
+        from peft import LoraConfig, get_peft_model
+
+        model = get_peft_model(
+            model, LoraConfig(r=8, lora_alpha=16, target_modules=LORA_TARGETS, task_type="SEQ_CLS", lora_dropout=0.0)
+        )
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-4, fused=cuda)
+    generator = torch.Generator().manual_seed(0)
+    encoded = [TOKENIZER.encode(s) for s in sequences]
+    labels = torch.randint(0, 2, (len(sequences),), generator=generator)
+    order = torch.randperm(len(sequences), generator=generator).tolist()
+    steps = args.warm_up + args.steps
+    batches = [order[(k * args.batch) % len(order) :][: args.batch] for k in range(steps)]
+    batches = [b if len(b) == args.batch else order[: args.batch] for b in batches]
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    tokens, started = 0, 0.0
+    for k, batch in enumerate(batches):
+        if k == args.warm_up:
+            if cuda:
+                torch.cuda.synchronize()
+            started = time.perf_counter()
+        longest = max(len(encoded[i]) for i in batch)
+        ids = torch.full((len(batch), longest), TOKENIZER.pad_id, dtype=torch.long)
+        for row, i in enumerate(batch):
+            ids[row, : len(encoded[i])] = encoded[i]
+        ids = ids.to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            out = model(input_ids=ids, attention_mask=ids != TOKENIZER.pad_id, labels=labels[batch].to(device))
+        out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if k >= args.warm_up:
+            tokens += sum(len(encoded[i]) for i in batch)
+    if cuda:
+        torch.cuda.synchronize()
+    seconds = time.perf_counter() - started
+    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+    del model, optimizer
+    if cuda:
+        torch.cuda.empty_cache()
+    return {"tokens_per_second": tokens / seconds, "peak_memory_gib": peak, "seconds": seconds}
+
+
+def run_ours(folder: Path, train: Path, val: Path, out: Path, mode: str, args: argparse.Namespace) -> dict[str, Any]:
+    """``bionemo run finetune`` as a subprocess; its summary.json and the command's wall time."""
+    command = [
+        sys.executable, "-m", "bionemo.cli", "run", "finetune", "--checkpoint", str(folder), "--data", str(train),
+        "--val-data", str(val), "--task", "classification", "--label-column", "label", "--head", "hf",
+        "--encoder", mode, "--output-dir", str(out), "--global-batch-size", str(args.batch),
+        "--micro-batch-size", str(args.batch),
+    ]  # fmt: skip
+    if mode == "frozen":
+        command += ["--max-steps", str(10 * max(1, args.sequences // args.batch))]
+    else:
+        command += ["--max-steps", str(args.steps + 3), "--val-check-interval", str(args.steps + 3)]
+    if mode == "lora":
+        command += ["--lora-rank", "8", "--lora-alpha", "16"]
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    wall = time.perf_counter() - started
+    if result.returncode != 0:
+        print(shlex.join(command), result.stdout[-3000:], result.stderr[-3000:], sep="\n", file=sys.stderr)
+        raise SystemExit(f"bionemo run finetune --encoder {mode} failed ({result.returncode})")
+    summary = json.loads((out / "summary.json").read_text())
+    return {**summary, "wall_seconds": wall}
+
+
+def _ratio(a: float | None, b: float | None) -> str:
+    return f"{a / b:.2f}x" if a and b else "n/a"
+
+
+def bench_shape(key: str, args: argparse.Namespace, root: Path) -> dict[str, Any]:
+    shape = model_shape(key)
+    folder = root / f"hf_{key}"
+    save_random_hf(folder, shape, seed=0)
+    sequences = random_proteins(args.sequences, seed=1)
+    train = write_csv(root / f"train_{key}.csv", sequences, seed=2)
+    val = write_csv(root / f"val_{key}.csv", random_proteins(max(8, args.sequences // 20), seed=3), seed=4)
+    result: dict[str, Any] = {"shape": key, "modes": {}}
+    for mode in args.modes:
+        hf = None if args.skip_hf else bench_hf(folder, sequences, mode, args)
+        ours = run_ours(folder, train, val, root / f"run_{key}_{mode}", mode, args)
+        result["modes"][mode] = {"hf": hf, "ours": ours}
+        ours_rate, hf_rate = ours.get("train_tokens_per_second"), hf and hf["tokens_per_second"]
+        print(
+            f"{key} {mode}: ours {ours_rate or 0:,.0f} tokens/s, peak {ours.get('peak_memory_gib') or 0:.1f} GiB, "
+            f"wall {ours['wall_seconds']:.0f} s | transformers{' + peft' if mode == 'lora' else ''} "
+            f"{(hf_rate or 0):,.0f} tokens/s, peak {((hf or {}).get('peak_memory_gib') or 0):.1f} GiB | "
+            f"ratio {_ratio(ours_rate, hf_rate)}",
+            flush=True,
+        )
+    if {"full", "lora"} <= set(result["modes"]):
+        full, lora = (result["modes"][m]["ours"].get("peak_memory_gib") for m in ("full", "lora"))
+        print(f"{key}: LoRA / full peak memory (ours) {_ratio(lora, full)}", flush=True)
+    if args.frozen:
+        ours = run_ours(folder, train, val, root / f"run_{key}_frozen", "frozen", args)
+        head = ours.get("timed_seconds") or 0.0
+        encode = ours.get("encode_seconds") or 0.0
+        once, every = encode + head, 10 * encode + head
+        result["frozen"] = {"encode_seconds": encode, "head_seconds": head, "speedup": every / once if once else None}
+        print(f"{key} frozen, 10 passes: encode once {encode:.1f} s + head {head:.1f} s; re-encoding every pass "
+              f"{every:.1f} s: {_ratio(every, once)} faster", flush=True)  # fmt: skip
+    return result
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--shapes", default="650m", help="Comma-separated: demo, 8m, 35m, 150m, 650m, ...")
+    parser.add_argument("--sequences", type=int, default=2000)
+    parser.add_argument("--steps", type=int, default=30, help="Timed steps per run.")
+    parser.add_argument("--warm-up", type=int, default=3, help="Untimed transformers steps first.")
+    parser.add_argument("--batch", type=int, default=16, help="Sequences per step.")
+    parser.add_argument("--modes", default="full,lora", help="Comma-separated: full, lora.")
+    parser.add_argument("--frozen", action="store_true", help="Also time --encoder frozen over 10 passes.")
+    parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument("--out", type=Path, default=None, help="Keep runs and write results.json here.")
+    args = parser.parse_args()
+    args.modes = [m for m in args.modes.split(",") if m]
+    unknown = sorted(set(args.modes) - {"full", "lora"})
+    if unknown:
+        raise SystemExit(f"--modes: unknown {unknown}; valid: full, lora")
+    return args
+
+
+def main() -> None:
+    args = parse_args()
+    device = torch.cuda.get_device_name() if torch.cuda.is_available() else "CPU (smoke run, float32)"
+    print(f"device: {device}", flush=True)
+    with tempfile.TemporaryDirectory() as temporary:
+        root = args.out or Path(temporary)
+        root.mkdir(parents=True, exist_ok=True)
+        results = [bench_shape(key, args, root) for key in args.shapes.split(",")]
+        (root / "results.json").write_text(json.dumps({"device": device, "results": results}, indent=1))
+        if args.out is None:
+            print(json.dumps(results, indent=1))
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    main()
