@@ -4,6 +4,9 @@ Everything is read and checked here, on the host, before any process group start
 tensors, shapes that disagree with the config and NaN/Inf values each raise a :class:`CheckpointError` that
 names the file and the tensor. ``bionemo.esm2.checkpoint_header`` makes the checks that need no tensor data
 without importing torch; the CLI runs them before anything else.
+
+A fine-tuned model (:attr:`LoadedCheckpoint.finetune` set) has no LM head: its encoder, LoRA factors and head
+tensors are returned under the names of :mod:`bionemo.esm2.finetune.spec`.
 """
 
 from dataclasses import dataclass, field
@@ -13,7 +16,10 @@ from typing import Any
 import torch
 
 from bionemo.esm2.checkpoint_header import ESM_DEFAULTS, read_checkpoint_header
-from bionemo.esm2.hf import CheckpointError, check_bionemo_tensors, load_hf_checkpoint
+from bionemo.esm2.finetune.hf_tensors import load_hf_finetuned
+from bionemo.esm2.finetune.layout import check_finetuned_layout
+from bionemo.esm2.finetune.spec import FinetuneSpec
+from bionemo.esm2.hf import CheckpointError, _check_finite, _tensor_info, check_bionemo_tensors, load_hf_checkpoint
 from bionemo.esm2.hf_layout import CONTACT_HEAD
 from bionemo.esm2.weights import read_weights
 
@@ -27,7 +33,8 @@ class LoadedCheckpoint:
     path: Path
     """The file or folder given."""
     tensors: dict[str, torch.Tensor]
-    """bionemo tensor names (see ``bionemo.esm2.hf.bionemo_shapes``), float32 or as stored, on CPU."""
+    """bionemo tensor names (see ``bionemo.esm2.hf.bionemo_shapes``), float32 or as stored, on CPU; a fine-tuned
+    model's encoder (no LM head), LoRA factors and ``head.*`` tensors (``bionemo.esm2.finetune.spec``)."""
     model: dict[str, Any]
     """``ESM2Config`` settings: shape, ``seq_length``, ``token_dropout``, layer-norm epsilon, dropout."""
     metadata: dict[str, Any] = field(default_factory=dict)
@@ -36,6 +43,8 @@ class LoadedCheckpoint:
     """One-line notes, e.g. Hugging Face tensors that are not model weights here (rotary buffers)."""
     source: str = "bionemo"
     """``"bionemo"`` or ``"huggingface"``."""
+    finetune: FinetuneSpec | None = None
+    """The fine-tuned model's task, head and labels; None for pretrained weights (with their LM head)."""
 
     @property
     def contact_head(self) -> bool:
@@ -43,15 +52,27 @@ class LoadedCheckpoint:
         return all(name in self.tensors for name in CONTACT_HEAD)
 
 
-def check_tensors(tensors: dict[str, torch.Tensor], model: dict[str, Any], where: str) -> None:
+def check_tensors(
+    tensors: dict[str, torch.Tensor], model: dict[str, Any], where: str, finetune: FinetuneSpec | None = None
+) -> None:
     """Every tensor the model needs is there, with exactly the shape ``model`` implies, and finite.
+
+    With ``finetune``, those of the fine-tuned model: encoder without LM head, LoRA factors, head
+    (``bionemo.esm2.finetune.layout.check_finetuned_layout``).
 
     Raises:
         CheckpointError: ``where``, then the missing tensors, or the tensor with its shape and the expected one,
             or the tensor holding NaN/Inf (``bionemo.esm2.hf.check_bionemo_tensors``).
     """
     try:
-        check_bionemo_tensors(tensors, model, padded_vocab=False)
+        if finetune is None:
+            check_bionemo_tensors(tensors, model, padded_vocab=False)
+            return
+        check_bionemo_tensors(tensors, model, padded_vocab=False, lm_head=False)
+        check_finetuned_layout({name: _tensor_info(value) for name, value in tensors.items()}, model, finetune)
+        for name, value in tensors.items():
+            if value.is_floating_point():
+                _check_finite(name, value)
     except CheckpointError as error:
         raise CheckpointError(f"{where}: {error}") from None
 
@@ -67,13 +88,19 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
             ``bionemo.esm2.hf``), or a bionemo file without its model config.
     """
     header = read_checkpoint_header(path)
+    spec = header.finetune
     if header.source == "huggingface":
         # checked there: names, shapes against config.json, NaN/Inf; vocabulary padding comes when applied
-        tensors, model, notes = load_hf_checkpoint(path, 33)
-        return LoadedCheckpoint(path=path, tensors=tensors, model=model, notes=notes, source="huggingface")
+        if spec is None:
+            tensors, model, notes = load_hf_checkpoint(path, 33)
+        else:
+            tensors, model, notes = load_hf_finetuned(path, spec)
+        return LoadedCheckpoint(
+            path=path, tensors=tensors, model=model, notes=notes, source="huggingface", finetune=spec
+        )
     try:
         tensors = read_weights(path)
     except Exception as error:
         raise CheckpointError(f"checkpoint {path} cannot be read (truncated or corrupted?): {error}") from None
-    check_tensors(tensors, header.model, f"checkpoint {path}")
-    return LoadedCheckpoint(path=path, tensors=tensors, model=header.model, metadata=header.metadata)
+    check_tensors(tensors, header.model, f"checkpoint {path}", spec)
+    return LoadedCheckpoint(path=path, tensors=tensors, model=header.model, metadata=header.metadata, finetune=spec)

@@ -5,6 +5,11 @@
 safetensors file or lacks its model config, and checks every tensor's name, shape and type against the model
 settings, all from ``config.json``, shard indexes and safetensors headers. What only the values show (NaN/Inf,
 a damaged ``pytorch_model.bin``) is found when :func:`bionemo.esm2.checkpoint.load_checkpoint` reads them.
+
+Fine-tuned models are read too: a bionemo file whose metadata holds
+:data:`~bionemo.esm2.finetune.spec.FINETUNE_KEY` (encoder without LM head, LoRA factors, head:
+:mod:`bionemo.esm2.finetune.layout`), and a Hugging Face ``EsmFor{Sequence,Token}Classification`` folder
+(:mod:`bionemo.esm2.finetune.hf_heads`); :attr:`CheckpointHeader.finetune` says which model it is.
 """
 
 import json
@@ -13,6 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from bionemo.core.safetensors_header import SafetensorsHeader, SafetensorsHeaderError, read_safetensors_header
+from bionemo.esm2.finetune.hf_heads import HF_HEAD_PREFIX, check_hf_head_layout, read_hf_finetune_spec
+from bionemo.esm2.finetune.layout import check_finetuned_layout, read_finetune_spec
+from bionemo.esm2.finetune.spec import FinetuneSpec
 from bionemo.esm2.hf_layout import (
     CONTACT_HEAD,
     HF_WEIGHT_FILES,
@@ -72,15 +80,21 @@ class CheckpointHeader:
     contact_head: bool | None = False
     """Whether the checkpoint holds a contact head (``bionemo.esm2.hf_layout.CONTACT_HEAD``); None where the
     headers cannot tell (a Hugging Face ``pytorch_model.bin``: known once its tensors are read)."""
+    finetune: FinetuneSpec | None = None
+    """The fine-tuned model's task, head and labels; None for pretrained weights (with their LM head)."""
 
 
 def read_checkpoint_header(path: Path) -> CheckpointHeader:
     """Check ``path`` (a Hugging Face ESM-2 folder or a bionemo ``.safetensors`` file) without reading tensors.
 
+    A fine-tuned model (a bionemo file with fine-tuning metadata, a Hugging Face classification folder) has no
+    LM head; its encoder, LoRA factors and head are checked instead (:attr:`CheckpointHeader.finetune`).
+
     Raises:
         CheckpointError: A missing path, a training checkpoint, an unusable ``config.json``, no or unreadable
             weight files (truncated, not safetensors, a shard index naming missing shards), a bionemo file without
-            its model config, or tensors missing or of the wrong shape or type for the model settings.
+            its model config or with malformed fine-tuning metadata, or tensors missing or of the wrong shape or
+            type for the model settings.
     """
     if not path.exists():
         raise CheckpointError(
@@ -147,15 +161,22 @@ def _hf_layout(folder: Path) -> dict[str, TensorInfo] | None:
 
 def _hf_header(folder: Path) -> CheckpointHeader:
     model = read_hf_config(folder)
+    spec = read_hf_finetune_spec(folder)
     layout = _hf_layout(folder)
     contact_head = None
     if layout is not None:
         try:
-            found = check_hf_layout(layout, model)
+            if spec is None:
+                found = check_hf_layout(layout, model)
+            else:
+                head = {name: info for name, info in layout.items() if name.startswith(HF_HEAD_PREFIX)}
+                encoder = {name: info for name, info in layout.items() if name not in head}
+                check_hf_head_layout(head, spec, int(model["hidden_size"]))
+                found = check_hf_layout(encoder, model, lm_head=False)
         except CheckpointError as error:
             raise CheckpointError(f"Hugging Face checkpoint {folder}: {error}") from None
         contact_head = all(name in found for name in CONTACT_HEAD)
-    return CheckpointHeader(path=folder, model=model, source="huggingface", contact_head=contact_head)
+    return CheckpointHeader(path=folder, model=model, source="huggingface", contact_head=contact_head, finetune=spec)
 
 
 def _bionemo_header(path: Path) -> CheckpointHeader:
@@ -178,8 +199,12 @@ def _bionemo_header(path: Path) -> CheckpointHeader:
     if not isinstance(metadata.get("model"), dict):
         raise CheckpointError(f"checkpoint {path} has no model config in its metadata; was it written by bionemo?")
     model = {**ESM_DEFAULTS, "vocab_size": metadata.get("vocab_size", 33), **metadata["model"]}
+    spec = read_finetune_spec(metadata, f"checkpoint {path}")
     try:
-        contact_head = check_bionemo_layout(_layout(header), model, padded_vocab=False)
+        if spec is None:
+            contact_head = check_bionemo_layout(_layout(header), model, padded_vocab=False)
+        else:
+            contact_head = check_finetuned_layout(_layout(header), model, spec)
     except CheckpointError as error:
         raise CheckpointError(f"checkpoint {path}: {error}") from None
-    return CheckpointHeader(path=path, model=model, metadata=metadata, contact_head=contact_head)
+    return CheckpointHeader(path=path, model=model, metadata=metadata, contact_head=contact_head, finetune=spec)

@@ -76,6 +76,7 @@ __all__ = [
     "padded_vocab_size",
     "read_hf_config",
     "read_hf_tensors",
+    "write_folder",
     "write_hf_folder",
 ]
 
@@ -153,7 +154,7 @@ def _check_finite(name: str, value: torch.Tensor) -> None:
 
 
 def hf_to_bionemo(
-    hf_tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any], padded_vocab_size: int
+    hf_tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any], padded_vocab_size: int, *, lm_head: bool = True
 ) -> tuple[dict[str, torch.Tensor], list[str]]:
     """Whole bionemo tensors (float32, contiguous, vocabulary padded with zeros) from Hugging Face ESM-2 tensors.
 
@@ -162,6 +163,8 @@ def hf_to_bionemo(
         model: bionemo model settings, as :func:`read_hf_config` returns them.
         padded_vocab_size: Rows of the word embeddings and entries of the output bias (at least 33; see
             :func:`padded_vocab_size`).
+        lm_head: Whether to read and return the language-model head; without it, the encoder's tensors only
+            (``EsmFor{Sequence,Token}Classification``'s encoder; their head is not read here).
 
     Returns:
         The tensors (the contact head's too, where the folder has one: :data:`CONTACT_HEAD`) and one-line notes
@@ -176,18 +179,19 @@ def hf_to_bionemo(
     if padded_vocab_size < VOCAB_SIZE:
         raise ValueError(f"padded_vocab_size {padded_vocab_size} is below ESM-2's {VOCAB_SIZE} tokens")
     # name without "esm." -> name in the file
-    found = check_hf_layout({name: _tensor_info(value) for name, value in hf_tensors.items()}, model)
-    for name in [*_hf_shapes(model), *(name for name in CONTACT_HEAD if name in found)]:
+    layout = {name: _tensor_info(value) for name, value in hf_tensors.items()}
+    found = check_hf_layout(layout, model, lm_head=lm_head)
+    for name in [*_hf_shapes(model, lm_head), *(name for name in CONTACT_HEAD if name in found)]:
         _check_finite(found[name], hf_tensors[found[name]])
     _check_rotary_buffers(found, hf_tensors, model)
 
     def get(base: str) -> torch.Tensor:
         return hf_tensors[found[base]].detach().to("cpu", torch.float32)
 
-    ours = _converted(get, model, padded_vocab_size)
+    ours = _converted(get, model, padded_vocab_size, lm_head)
     if all(name in found for name in CONTACT_HEAD):  # check_hf_layout: both tensors or neither
         ours.update({name: get(name).contiguous() for name in CONTACT_HEAD})
-    return ours, _conversion_notes(found, hf_tensors, ours, model)
+    return ours, _conversion_notes(found, hf_tensors, ours, model, lm_head)
 
 
 def _check_rotary_buffers(
@@ -212,7 +216,7 @@ def _check_rotary_buffers(
 
 
 def _converted(
-    get: Callable[[str], torch.Tensor], model: Mapping[str, Any], padded_vocab_size: int
+    get: Callable[[str], torch.Tensor], model: Mapping[str, Any], padded_vocab_size: int, lm_head: bool = True
 ) -> dict[str, torch.Tensor]:
     """The bionemo tensors from ``get(hf_name_without_esm_prefix)``: q, k, v interleaved per head, vocabulary padded."""
     h, n = int(model["hidden_size"]), int(model["num_attention_heads"])
@@ -228,11 +232,12 @@ def _converted(
             ours[f"decoder.layers.{i}.self_attention.linear_qkv.{kind}"] = torch.stack([q, k, v], dim=1).reshape(
                 3 * h, *shape[2:]
             )
-    for mine, theirs in _hf_pairs(int(model["num_layers"])):
+    for mine, theirs in _hf_pairs(int(model["num_layers"]), lm_head):
         ours[mine] = get(theirs)
-    bias = torch.zeros(padded_vocab_size)
-    bias[:VOCAB_SIZE] = get("lm_head.bias")
-    ours["output_layer.bias"] = bias
+    if lm_head:
+        bias = torch.zeros(padded_vocab_size)
+        bias[:VOCAB_SIZE] = get("lm_head.bias")
+        ours["output_layer.bias"] = bias
     return {name: value.contiguous() for name, value in ours.items()}
 
 
@@ -241,10 +246,11 @@ def _conversion_notes(
     hf_tensors: Mapping[str, torch.Tensor],
     ours: Mapping[str, torch.Tensor],
     model: Mapping[str, Any],
+    lm_head: bool = True,
 ) -> list[str]:
     """One-line notes on the Hugging Face tensors left out: known non-weights, an untied decoder, unknown names."""
     notes: list[str] = []
-    used = {*_hf_shapes(model), *CONTACT_HEAD}
+    used = {*_hf_shapes(model, lm_head), *CONTACT_HEAD}
     ignored: dict[str, list[str]] = {}
     unknown: list[str] = []
     for base, name in found.items():
@@ -261,7 +267,7 @@ def _conversion_notes(
             parts.append(f"{kind}: {_listing(names, 2)}" if len(names) > 1 else f"{kind}: {names[0]}")
         notes.append("ignored Hugging Face tensors that are not model weights here; " + "; ".join(parts))
     decoder = found.get("lm_head.decoder.weight")
-    if decoder is not None:
+    if decoder is not None and lm_head:
         value = hf_tensors[decoder]
         if tuple(value.shape) != (VOCAB_SIZE, int(model["hidden_size"])) or not torch.equal(
             value.to(torch.float32), ours["embedding.word_embeddings.weight"][:VOCAB_SIZE]
@@ -271,12 +277,13 @@ def _conversion_notes(
                 "word embeddings, as in ESM-2 and EsmForMaskedLM"
             )
     if unknown:
-        notes.append(f"ignored: {len(unknown)} tensor(s) not part of an ESM-2 EsmForMaskedLM: {_listing(unknown)}")
+        kind = "an ESM-2 EsmForMaskedLM" if lm_head else "an ESM-2 encoder"
+        notes.append(f"ignored: {len(unknown)} tensor(s) not part of {kind}: {_listing(unknown)}")
     return notes
 
 
 def check_bionemo_tensors(
-    tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any], *, padded_vocab: bool = True
+    tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any], *, padded_vocab: bool = True, lm_head: bool = True
 ) -> None:
     """Every bionemo tensor ``model`` needs is there, floating point, of the shape it implies, and finite.
 
@@ -284,14 +291,15 @@ def check_bionemo_tensors(
         tensors: Whole bionemo tensors.
         model: bionemo model settings.
         padded_vocab: Accept more than 33 vocabulary rows (megatron's padding), as a model's state holds them.
+        lm_head: Whether the language-model head is needed (a fine-tuned model's encoder has none).
 
     Raises:
         CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or NaN/Inf; the
             same for the optional contact head (:data:`CONTACT_HEAD`: both tensors or neither).
     """
     layout = {name: _tensor_info(value) for name, value in tensors.items()}
-    contact_head = check_bionemo_layout(layout, model, padded_vocab=padded_vocab)
-    for name in [*bionemo_shapes(model), *(CONTACT_HEAD if contact_head else ())]:
+    contact_head = check_bionemo_layout(layout, model, padded_vocab=padded_vocab, lm_head=lm_head)
+    for name in [*bionemo_shapes(model, lm_head=lm_head), *(CONTACT_HEAD if contact_head else ())]:
         _check_finite(name, tensors[name])
 
 
@@ -300,7 +308,9 @@ def _rotary_inv_freq(head_dim: int, base: float) -> torch.Tensor:
     return 1.0 / (base ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
 
 
-def bionemo_to_hf(tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any]) -> dict[str, torch.Tensor]:
+def bionemo_to_hf(
+    tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any], *, lm_head: bool = True
+) -> dict[str, torch.Tensor]:
     """Hugging Face ``EsmForMaskedLM`` tensors (``esm.``-prefixed, float32) from whole bionemo tensors.
 
     Vocabulary rows beyond the 33 tokens (megatron's padding) are cut. ``lm_head.decoder.weight`` is left out:
@@ -313,13 +323,15 @@ def bionemo_to_hf(tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any])
         tensors: bionemo names (see the module docstring), vocabulary padded or not.
         model: bionemo model settings (``num_layers``, ``hidden_size``, ``num_attention_heads``,
             ``ffn_hidden_size``; ``rotary_base``, default 10000).
+        lm_head: Whether to convert the language-model head; without it, the encoder's ``esm.*`` tensors only
+            (for ``EsmFor{Sequence,Token}Classification``, whose head the caller adds).
 
     Raises:
         CheckpointError: A ``rotary_base`` Hugging Face cannot hold (:func:`hf_rotary_base`), missing tensors
             (named), a tensor whose shape disagrees with ``model``, or NaN/Inf.
     """
     base = hf_rotary_base(model)
-    check_bionemo_tensors(tensors, model)
+    check_bionemo_tensors(tensors, model, lm_head=lm_head)
 
     def get(name: str) -> torch.Tensor:
         return tensors[name].detach().to("cpu", torch.float32)
@@ -337,9 +349,10 @@ def bionemo_to_hf(tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any])
             for j, part in enumerate(("query", "key", "value")):
                 hf[f"{attention}{part}.{kind}"] = qkv[:, j].reshape(h, *shape[3:])
         hf[f"{attention}rotary_embeddings.inv_freq"] = inv_freq
-    for mine, theirs in _hf_pairs(int(model["num_layers"])):
+    for mine, theirs in _hf_pairs(int(model["num_layers"]), lm_head):
         hf[theirs if theirs.startswith("lm_head.") else f"esm.{theirs}"] = get(mine)
-    hf["lm_head.bias"] = get("output_layer.bias")[:VOCAB_SIZE]
+    if lm_head:
+        hf["lm_head.bias"] = get("output_layer.bias")[:VOCAB_SIZE]
     for name in CONTACT_HEAD:
         if name in tensors:
             hf[f"esm.{name}"] = get(name)
@@ -371,22 +384,53 @@ def _tokenizer_config() -> dict[str, Any]:
 
 
 def write_hf_folder(
-    folder: Path, tensors_hf: Mapping[str, torch.Tensor], model: Mapping[str, Any], force: bool = False
+    folder: Path,
+    tensors_hf: Mapping[str, torch.Tensor],
+    model: Mapping[str, Any],
+    force: bool = False,
+    *,
+    config: Mapping[str, Any] | None = None,
 ) -> Path:
-    """Write an ``EsmForMaskedLM`` folder: weights, config and ``EsmTokenizer`` files.
+    """Write an ``EsmForMaskedLM`` folder (or another ESM model's): weights, config and ``EsmTokenizer`` files.
 
     ``config.json``, ``model.safetensors`` (metadata ``{"format": "pt"}``), ``vocab.txt``,
-    ``tokenizer_config.json`` and ``special_tokens_map.json`` are written into a temporary sibling folder that
-    is renamed to ``folder`` at the end, so a failure leaves nothing behind.
+    ``tokenizer_config.json`` and ``special_tokens_map.json`` are written as :func:`write_folder` writes files,
+    so a failure leaves nothing behind.
 
     Args:
         folder: The folder to write; its parents are created.
         tensors_hf: Hugging Face tensors, as :func:`bionemo_to_hf` returns them.
         model: bionemo model settings (for ``config.json``).
         force: Replace the contents of an existing non-empty folder.
+        config: ``config.json``'s settings; default :func:`hf_config` of ``model`` (an ``EsmForMaskedLM``).
 
     Returns:
         ``folder``.
+
+    Raises:
+        CheckpointError: ``folder`` exists and is not a folder, or is not empty and ``force`` is false.
+    """
+    settings = dict(hf_config(model) if config is None else config)
+
+    def write(tmp: Path) -> None:
+        save_file(
+            {name: value.detach().contiguous() for name, value in tensors_hf.items()},
+            str(tmp / "model.safetensors"),
+            metadata={"format": "pt"},
+        )
+        (tmp / "config.json").write_text(json.dumps(settings, indent=2, sort_keys=True) + "\n")
+        (tmp / "vocab.txt").write_text("\n".join(ESM_VOCAB) + "\n")
+        (tmp / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(), indent=2) + "\n")
+        (tmp / "special_tokens_map.json").write_text(json.dumps(_SPECIAL_TOKENS, indent=2) + "\n")
+
+    return write_folder(folder, write, force=force)
+
+
+def write_folder(folder: Path, write: Callable[[Path], None], *, force: bool = False) -> Path:
+    """Create ``folder`` whole: ``write(tmp)`` fills a temporary sibling folder that is then renamed to ``folder``.
+
+    A failure (of ``write`` too) leaves nothing behind; with ``force`` an existing folder is replaced only once
+    the new one is complete, and put back if the rename fails.
 
     Raises:
         CheckpointError: ``folder`` exists and is not a folder, or is not empty and ``force`` is false.
@@ -399,16 +443,7 @@ def write_hf_folder(
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
-        # the folder is renamed into place whole, so its files need no atomic writes of their own
-        save_file(
-            {name: value.detach().contiguous() for name, value in tensors_hf.items()},
-            str(tmp / "model.safetensors"),
-            metadata={"format": "pt"},
-        )
-        (tmp / "config.json").write_text(json.dumps(hf_config(model), indent=2, sort_keys=True) + "\n")
-        (tmp / "vocab.txt").write_text("\n".join(ESM_VOCAB) + "\n")
-        (tmp / "tokenizer_config.json").write_text(json.dumps(_tokenizer_config(), indent=2) + "\n")
-        (tmp / "special_tokens_map.json").write_text(json.dumps(_SPECIAL_TOKENS, indent=2) + "\n")
+        write(tmp)  # the folder is renamed into place whole, so its files need no atomic writes of their own
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o777 & ~umask)

@@ -271,8 +271,8 @@ class TensorInfo(NamedTuple):
     floating_point: bool
 
 
-def _hf_pairs(num_layers: int) -> list[tuple[str, str]]:
-    """(bionemo name, Hugging Face name without ``esm.``) of every tensor copied one to one."""
+def _hf_pairs(num_layers: int, lm_head: bool = True) -> list[tuple[str, str]]:
+    """(bionemo name, Hugging Face name without ``esm.``) of every tensor copied one to one (``lm_head``: its too)."""
     pairs = [("decoder.final_layernorm", "encoder.emb_layer_norm_after")]
     for i in range(num_layers):
         ours, theirs = f"decoder.layers.{i}.", f"encoder.layer.{i}."
@@ -283,12 +283,16 @@ def _hf_pairs(num_layers: int) -> list[tuple[str, str]]:
             (f"{ours}mlp.linear_fc1", f"{theirs}intermediate.dense"),
             (f"{ours}mlp.linear_fc2", f"{theirs}output.dense"),
         ]
-    pairs += [("lm_head.dense", "lm_head.dense"), ("lm_head.layer_norm", "lm_head.layer_norm")]
+    if lm_head:
+        pairs += [("lm_head.dense", "lm_head.dense"), ("lm_head.layer_norm", "lm_head.layer_norm")]
     return [(f"{a}.{kind}", f"{b}.{kind}") for a, b in pairs for kind in ("weight", "bias")]
 
 
-def _hf_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Hugging Face name (without ``esm.`` for the encoder) -> shape, for every tensor the model needs."""
+def _hf_shapes(model: Mapping[str, Any], lm_head: bool = True) -> dict[str, tuple[int, ...]]:
+    """Hugging Face name (without ``esm.`` for the encoder) -> shape, for every tensor the model needs.
+
+    Without ``lm_head``, the encoder's only (``EsmModel``'s, as in ``EsmFor{Sequence,Token}Classification``).
+    """
     h, f, layers = int(model["hidden_size"]), int(model["ffn_hidden_size"]), int(model["num_layers"])
     shapes: dict[str, tuple[int, ...]] = {"embeddings.word_embeddings.weight": (VOCAB_SIZE, h)}
     for i in range(layers):
@@ -299,10 +303,11 @@ def _hf_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
             shapes[f"{layer}{norm}.weight"] = shapes[f"{layer}{norm}.bias"] = (h,)
         shapes[f"{layer}intermediate.dense.weight"], shapes[f"{layer}intermediate.dense.bias"] = (f, h), (f,)
         shapes[f"{layer}output.dense.weight"], shapes[f"{layer}output.dense.bias"] = (h, f), (h,)
-    for norm in ("encoder.emb_layer_norm_after", "lm_head.layer_norm"):
-        shapes[f"{norm}.weight"] = shapes[f"{norm}.bias"] = (h,)
-    shapes["lm_head.dense.weight"], shapes["lm_head.dense.bias"] = (h, h), (h,)
-    shapes["lm_head.bias"] = (VOCAB_SIZE,)
+    shapes["encoder.emb_layer_norm_after.weight"] = shapes["encoder.emb_layer_norm_after.bias"] = (h,)
+    if lm_head:
+        shapes["lm_head.layer_norm.weight"] = shapes["lm_head.layer_norm.bias"] = (h,)
+        shapes["lm_head.dense.weight"], shapes["lm_head.dense.bias"] = (h, h), (h,)
+        shapes["lm_head.bias"] = (VOCAB_SIZE,)
     return shapes
 
 
@@ -355,17 +360,21 @@ def _config_text(model: Mapping[str, Any]) -> str:
     )
 
 
-def bionemo_shapes(model: Mapping[str, Any]) -> dict[str, tuple[int, ...]]:
-    """Name -> shape of every whole bionemo tensor of an ESM-2 with ``model`` settings (33 vocabulary rows)."""
+def bionemo_shapes(model: Mapping[str, Any], *, lm_head: bool = True) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every whole bionemo tensor of an ESM-2 with ``model`` settings (33 vocabulary rows).
+
+    Without ``lm_head``, the encoder's only: no ``lm_head.*`` nor ``output_layer.bias`` (a fine-tuned model's).
+    """
     h = int(model["hidden_size"])
     shapes: dict[str, tuple[int, ...]] = {"embedding.word_embeddings.weight": (VOCAB_SIZE, h)}
-    hf = _hf_shapes(model)
+    hf = _hf_shapes(model, lm_head)
     for i in range(int(model["num_layers"])):
         shapes[f"decoder.layers.{i}.self_attention.linear_qkv.weight"] = (3 * h, h)
         shapes[f"decoder.layers.{i}.self_attention.linear_qkv.bias"] = (3 * h,)
-    for mine, theirs in _hf_pairs(int(model["num_layers"])):
+    for mine, theirs in _hf_pairs(int(model["num_layers"]), lm_head):
         shapes[mine] = hf[theirs]
-    shapes["output_layer.bias"] = (VOCAB_SIZE,)
+    if lm_head:
+        shapes["output_layer.bias"] = (VOCAB_SIZE,)
     return shapes
 
 
@@ -377,12 +386,16 @@ def hf_names(names: Iterable[str]) -> dict[str, str]:
     return found
 
 
-def check_hf_layout(tensors: Mapping[str, TensorInfo], model: Mapping[str, Any]) -> dict[str, str]:
+def check_hf_layout(
+    tensors: Mapping[str, TensorInfo], model: Mapping[str, Any], *, lm_head: bool = True
+) -> dict[str, str]:
     """Every Hugging Face tensor ``model`` needs is there, floating point and of the shape the config implies.
 
     Args:
         tensors: Hugging Face names (with or without ``esm.``) and what is known of each tensor.
         model: bionemo model settings, as :func:`read_hf_config` returns them.
+        lm_head: Whether the language-model head is needed (``EsmForMaskedLM``); without it, the encoder's
+            tensors only (``EsmFor{Sequence,Token}Classification``, whose head is checked apart).
 
     Returns:
         :func:`hf_names` of ``tensors``.
@@ -399,11 +412,12 @@ def check_hf_layout(tensors: Mapping[str, TensorInfo], model: Mapping[str, Any])
             return found[base]
         return f"esm.{base}" if prefixed and not base.startswith("lm_head.") else base
 
-    shapes = _hf_shapes(model)
+    shapes = _hf_shapes(model, lm_head)
     missing = [shown(name) for name in shapes if name not in found]
     if missing:
+        kind = "an EsmForMaskedLM" if lm_head else "an ESM-2 encoder"
         raise CheckpointError(
-            f"{len(missing)} Hugging Face tensor(s) are missing for an EsmForMaskedLM with {_config_text(model)}: "
+            f"{len(missing)} Hugging Face tensor(s) are missing for {kind} with {_config_text(model)}: "
             f"{_listing(missing)}"
         )
     for name, shape in shapes.items():
@@ -413,7 +427,7 @@ def check_hf_layout(tensors: Mapping[str, TensorInfo], model: Mapping[str, Any])
 
 
 def check_bionemo_layout(
-    tensors: Mapping[str, TensorInfo], model: Mapping[str, Any], *, padded_vocab: bool = True
+    tensors: Mapping[str, TensorInfo], model: Mapping[str, Any], *, padded_vocab: bool = True, lm_head: bool = True
 ) -> bool:
     """Every bionemo tensor ``model`` needs is there, floating point and of the shape it implies.
 
@@ -424,12 +438,13 @@ def check_bionemo_layout(
         tensors: Whole bionemo tensors' names and what is known of each.
         model: bionemo model settings.
         padded_vocab: Accept more than 33 vocabulary rows (megatron's padding), as a model's state holds them.
+        lm_head: Whether the language-model head is needed (a fine-tuned model's encoder has none).
 
     Raises:
         CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or a tensor that
             is not floating point (also of a contact head: :func:`check_contact_head`).
     """
-    shapes = bionemo_shapes(model)
+    shapes = bionemo_shapes(model, lm_head=lm_head)
     missing = [name for name in shapes if name not in tensors]
     if missing:
         raise CheckpointError(f"{len(missing)} bionemo tensor(s) are missing: {_listing(missing)}")
