@@ -70,6 +70,15 @@ def _is_tied_copy(name: str, param: torch.nn.Parameter | None) -> bool:
     return name in TIED_COPIES and param is not None and getattr(param, "shared", False)
 
 
+def _parameters(model: torch.nn.Module) -> dict[str, torch.nn.Parameter]:
+    """The parameters by their state-dict names.
+
+    Wrappers that rename keys in their state dict (LoRA adapters keep their base layer's ``weight`` where the
+    unwrapped layer had it) are followed, which ``named_parameters`` is not.
+    """
+    return {n: v for n, v in model.state_dict(keep_vars=True).items() if isinstance(v, torch.nn.Parameter)}
+
+
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     """The whole model's tensors on CPU under whole-model names, on every rank.
 
@@ -83,7 +92,7 @@ def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     size, _, group = _tensor_parallel()
     # Lightning moves the module to the CPU when fit ends; NCCL gathers only CUDA tensors
     gather_on = _communication_device(group if size > 1 else None)
-    params = dict(model.named_parameters())
+    params = _parameters(model)
     whole_name = whole_model_names(model)
     stage = {}
     for name, value in model.state_dict().items():
@@ -161,7 +170,7 @@ def apply_weights(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> N
     missing = [source for source in sources.values() if source not in tensors]
     if missing:
         raise ValueError(f"checkpoint lacks {len(missing)} model tensors, e.g. {missing[:3]}")
-    params = dict(model.named_parameters())
+    params = _parameters(model)
     with torch.no_grad():
         for name, source_name in sources.items():
             target = state[name]

@@ -7,7 +7,6 @@ state-dict names are ``ESM2Model``'s (without ``lm_head.`` / ``output_layer.``) 
 task (:class:`~bionemo.esm2.finetune.reduction.FinetuneLossReduction`).
 """
 
-import functools
 import json
 from dataclasses import dataclass
 from typing import Any
@@ -15,7 +14,7 @@ from typing import Any
 import torch
 
 from bionemo.esm2.finetune.heads import build_head
-from bionemo.esm2.finetune.reduction import FinetuneLossReduction
+from bionemo.esm2.finetune.reduction import task_reduction
 from bionemo.esm2.finetune.spec import EncoderMode, FinetuneSpec
 from bionemo.esm2.model import ESM2Config, ESM2Model
 from bionemo.lightning import UnpaddedSequences
@@ -51,8 +50,11 @@ class ESM2FinetuneConfig(ESM2Config):
         )
 
     def get_loss_reduction_class(self) -> Any:
-        """The task's loss reduction (a class bound to the task: ``reduction(validation_step=...)``)."""
-        return functools.partial(FinetuneLossReduction, task=self.spec.task)
+        """The task's loss reduction (:func:`~bionemo.esm2.finetune.reduction.task_reduction`).
+
+        Called as the class is (``reduction(validation_step=...)``); carries the class's ``token_weighted``.
+        """
+        return task_reduction(self.spec.task)
 
 
 class ESM2FinetuneModel(ESM2Model):

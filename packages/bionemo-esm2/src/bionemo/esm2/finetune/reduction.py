@@ -1,6 +1,7 @@
 """The fine-tuning loss reduction: the task's loss as a global item-weighted mean over micro-batches and ranks."""
 
-from collections.abc import Mapping
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
@@ -9,7 +10,7 @@ from bionemo.esm2.finetune.objectives import loss_sum
 from bionemo.esm2.finetune.tasks import Task
 from bionemo.losses import LOSS_SUM_KEY, MaskedTokenLossReduction, ParallelGroups
 
-__all__ = ["OUTPUT_KEYS", "FinetuneLossReduction"]
+__all__ = ["OUTPUT_KEYS", "FinetuneLossReduction", "task_reduction"]
 
 OUTPUT_KEYS = ("logits", "target", "target_mask")
 """What a validation micro-batch's reduced output carries besides the loss pair (detached), for the metrics."""
@@ -44,3 +45,15 @@ class FinetuneLossReduction(MaskedTokenLossReduction):
             total = total.detach()
             reduced.update(logits=logits.detach(), target=batch["target"], target_mask=batch["target_mask"])
         return total, count.to(torch.int), reduced
+
+
+def task_reduction(task: Task) -> Callable[..., FinetuneLossReduction]:
+    """:class:`FinetuneLossReduction` bound to ``task``, called as the class is (``get_loss_reduction_class``).
+
+    The factory carries the class's ``token_weighted``: NeMo's ``MegatronStrategy`` reads it there, before any
+    reduction exists, to set megatron's ``calculate_per_token_loss`` (without it megatron back-propagates the mean
+    of per-micro-batch means, not the item-weighted mean the reduction reports).
+    """
+    bound = functools.partial(FinetuneLossReduction, task=Task(task))
+    bound.token_weighted = FinetuneLossReduction.token_weighted  # type: ignore[attr-defined]
+    return bound
