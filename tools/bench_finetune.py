@@ -38,7 +38,6 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_predict import model_shape, random_proteins, save_random_hf  # noqa: E402
-
 from bionemo.esm2.tokenizer import ProteinTokenizer  # noqa: E402
 
 TOKENIZER = ProteinTokenizer()

@@ -369,7 +369,9 @@ def finetune(
     checkpoint: CkptOpt = None,
     data: Annotated[
         Path | None,
-        typer.Option("--data", help="Labelled training CSV: a 'sequence' column, optionally 'id', the label column(s)."),
+        typer.Option(
+            "--data", help="Labelled training CSV: a 'sequence' column, optionally 'id', the label column(s)."
+        ),
     ] = None,
     val_data: Annotated[
         Path | None,
@@ -377,7 +379,8 @@ def finetune(
     ] = None,
     task: Annotated[Task | None, typer.Option("--task", help="What the labels are.", case_sensitive=False)] = None,
     label_column: Annotated[
-        list[str] | None, typer.Option("--label-column", help="Label column; repeat for several (regression, multilabel).")
+        list[str] | None,
+        typer.Option("--label-column", help="Label column; repeat for several (regression, multilabel)."),
     ] = None,
     mask_column: Annotated[
         str | None, typer.Option("--mask-column", help="Per-residue 0/1 string; 0 = not scored (token tasks).")
@@ -391,6 +394,10 @@ def finetune(
             case_sensitive=False,
         ),
     ] = None,
+    head_dropout: Annotated[
+        float | None,
+        typer.Option("--head-dropout", min=0.0, max=0.99, help="Dropout in the head. Default: 0.1 hf, 0.25 mlp/conv."),
+    ] = None,
     encoder: Annotated[
         EncoderMode | None,
         typer.Option(
@@ -402,7 +409,8 @@ def finetune(
     ] = None,
     lora_rank: Annotated[int | None, typer.Option("--lora-rank", min=1, help="LoRA rank. Default: 8.")] = None,
     lora_alpha: Annotated[
-        float | None, typer.Option("--lora-alpha", min=0.0, help="LoRA scale alpha (update x alpha / rank). Default: 16.")
+        float | None,
+        typer.Option("--lora-alpha", min=0.0, help="LoRA scale alpha (update x alpha / rank). Default: 16."),
     ] = None,
     lora_dropout: Annotated[
         float | None, typer.Option("--lora-dropout", min=0.0, max=0.99, help="Dropout on LoRA's input. Default: 0.")

@@ -278,6 +278,12 @@ class ESM2Model(LanguageModule):
         elif pre_process or post_process:
             self.setup_embeddings_and_output_layer()
 
+    def sharded_state_dict(self, prefix: str = "", sharded_offsets: tuple = (), metadata: dict | None = None) -> Any:
+        """Megatron's sharded state dict; without an LM head the output layer's tying and padding do not apply."""
+        if self.has_lm_head or not self.post_process:
+            return super().sharded_state_dict(prefix, sharded_offsets, metadata)
+        return MegatronModule.sharded_state_dict(self, prefix, sharded_offsets, metadata)
+
     def set_input_tensor(self, input_tensor: torch.Tensor | list[torch.Tensor]) -> None:
         """The previous pipeline stage's output (megatron's pipeline schedules call this)."""
         if isinstance(input_tensor, list):

@@ -366,9 +366,7 @@ def _finetuned(settings: RunSettings, checkpoint: Any, spec: Any) -> tuple[Any, 
         output_dtype=getattr(torch, settings.output_dtype.value),
         unpadded=bool(settings.unpadded),
     )
-    transform = functools.partial(
-        finetuned_transform, spec=spec, tensors=checkpoint.tensors, dtype=config.params_dtype
-    )
+    transform = functools.partial(finetuned_transform, spec=spec, tensors=checkpoint.tensors, dtype=config.params_dtype)
     return config, step, transform
 
 

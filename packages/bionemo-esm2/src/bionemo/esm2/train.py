@@ -42,6 +42,13 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     header = None
     if settings.checkpoint is not None:
         header = checked_checkpoint_header(settings.checkpoint)
+        if getattr(header, "finetune", None) is not None:
+            raise SettingsError(
+                f"{settings.checkpoint} is a fine-tuned model (no language-model head); run train continues "
+                "pretraining from pretrained ESM-2 weights: give the base it was fine-tuned from, or fine-tune further "
+                "with `bionemo run finetune`",
+                "--checkpoint",
+            )
         check_same_shape(header.model, model, recipe, settings.checkpoint)
         # the checkpoint's own settings (token dropout, epsilon, length) win over the recipe's
         model = {**model, **{k: v for k, v in header.model.items() if k != "vocab_size"}}

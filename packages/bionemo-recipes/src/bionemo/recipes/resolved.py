@@ -23,6 +23,7 @@ _FINETUNE_ONLY = (
     "label_column",
     "mask_column",
     "head",
+    "head_dropout",
     "encoder",
     "lora_rank",
     "lora_alpha",

@@ -70,6 +70,8 @@ class RunSettings(BaseModel):
     """Per-residue 0/1 column: 0 = not scored (token tasks)."""
     head: str | None = None
     """The prediction head (hf, mlp, conv); None: the task's default."""
+    head_dropout: float | None = Field(None, ge=0, lt=1)
+    """Dropout in the head (default: the head's own, 0.1 for hf, 0.25 for mlp and conv)."""
     encoder: str = "full"
     """What trains of the encoder: full, frozen (head only, on cached embeddings) or lora."""
     lora_rank: int | None = Field(None, ge=1)

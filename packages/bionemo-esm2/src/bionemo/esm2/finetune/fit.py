@@ -48,7 +48,7 @@ def fit(
     checkpoints = out / "checkpoints"
     resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
     best = BestWeights(BEST_METRIC[spec.task])
-    timer = StepTimer()
+    timer = StepTimer(pause_every=min(defaults.value(settings, "val_check_interval"), max_steps))
     trainer = _trainer(settings, spec, out, checkpoints, max_steps, defaults, resume_from, [best, timer])
     if resume_from is not None and is_launching_rank():
         print(f"resuming from {resume_from}", file=sys.stderr, flush=True)  # the library's own line is quieted
@@ -98,7 +98,7 @@ def _speed(timer: Any, datamodule: Any, global_batch: int) -> dict[str, Any]:
     dataset = datamodule.datasets["train"]
     tokens = None
     if timer.steps and timer.seconds > 0 and dataset is not None:
-        items = range(timer.first_step * global_batch, timer.last_step * global_batch)
+        items = [k for first, end in timer.spans for k in range(first * global_batch, end * global_batch)]
         tokens = sum(len(dataset.records[dataset.record_index(k)].sequence) + 2 for k in items)
     return {
         "timed_steps": timer.steps,
@@ -115,7 +115,8 @@ def _speed_rows(speed: dict[str, Any]) -> list[tuple[str, str]]:
             (
                 "training speed",
                 f"{speed['train_tokens_per_second']:,.0f} tokens/s "
-                f"({speed['timed_steps']} steps after the first in {speed['timed_seconds']:.1f} s, validation excluded)",
+                f"({speed['timed_steps']} steps in {speed['timed_seconds']:.1f} s; the first 3, validation and "
+                "checkpoint saves left out)",
             )
         )
     if speed["peak_memory_gib"] is not None:
@@ -152,7 +153,11 @@ def _datamodule(
         seq_length=defaults.model["seq_length"],
         collate_fn=functools.partial(collate_labelled, pad_id=ProteinTokenizer().pad_id),
         train=LabelledDataset(
-            data.train, spec.labels, seed=settings.seed, length=max_steps * samples_per_step, group_size=samples_per_step
+            data.train,
+            spec.labels,
+            seed=settings.seed,
+            length=max_steps * samples_per_step,
+            group_size=samples_per_step,
         ),
         val=LabelledDataset(data.val, spec.labels),
     )
@@ -233,7 +238,7 @@ def _export(
     metric = BEST_METRIC[spec.task]
     final = {f"val_{name}": finite(logged.get(f"val_{name}")) for name in METRIC_NAMES[spec.task]}
     weights = out / "model.safetensors"
-    model = {k: v for k, v in start.model.items()}
+    model = dict(start.model)
     save_weights(
         tensors,
         weights,

@@ -13,7 +13,6 @@ The head then trains as an ordinary small model (:class:`CachedHeadConfig`) with
 on Lightning's own strategies (CPU, one GPU, DDP).
 """
 
-import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +25,7 @@ from bionemo.esm2.finetune.data import residue_mask
 from bionemo.esm2.finetune.head_config import HeadKind
 from bionemo.esm2.finetune.heads import build_head
 from bionemo.esm2.finetune.objectives import targets
-from bionemo.esm2.finetune.reduction import FinetuneLossReduction
+from bionemo.esm2.finetune.reduction import task_reduction
 from bionemo.esm2.finetune.spec import FinetuneSpec
 from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary
 from bionemo.lightning import MegatronDataModule
@@ -87,7 +86,7 @@ def encode(
 
 
 class CachedFeatureDataset(Dataset):
-    """Cached encoder outputs with their targets; the item order of :class:`~bionemo.esm2.finetune.data.LabelledDataset`.
+    """Cached encoder outputs with their targets, in :class:`~bionemo.esm2.finetune.data.LabelledDataset`'s order.
 
     Items: ``hidden [n, h]`` (float32), ``residue_mask [n]``, ``target``, ``target_mask`` (the labelled dataset's,
     or for sequence tasks as they are), ``sample_index``.
@@ -143,7 +142,11 @@ def collate_cached(items: list[dict[str, torch.Tensor]]) -> dict[str, Any]:
     residues = torch.zeros(b, n, dtype=torch.bool)
     attention = torch.zeros(b, n, dtype=torch.bool)
     for row, (item, length) in enumerate(zip(items, lengths, strict=True)):
-        hidden[row, :length], residues[row, :length], attention[row, :length] = item["hidden"], item["residue_mask"], True
+        hidden[row, :length], residues[row, :length], attention[row, :length] = (
+            item["hidden"],
+            item["residue_mask"],
+            True,
+        )
     batch: dict[str, Any] = {"hidden": hidden, "residue_mask": residues, "attention_mask": attention}
     if items[0]["target_mask"].dim() == 1:
         batch["target"] = items[0]["target"].new_zeros(b, n)
@@ -205,7 +208,9 @@ class CachedFeaturesDataModule(MegatronDataModule):
             self.datasets["train"] = CachedFeatureDataset(
                 features["train"], self.records["train"], labels, seed=self.seed, length=self.length
             )
-            self.datasets["validation"] = CachedFeatureDataset(features["validation"], self.records["validation"], labels)
+            self.datasets["validation"] = CachedFeatureDataset(
+                features["validation"], self.records["validation"], labels
+            )
         super().setup(stage)
 
 
@@ -217,6 +222,7 @@ class CachedHead(nn.Module):
         self.head = build_head(spec.head, hidden_size, spec.num_outputs)
 
     def forward(self, hidden: torch.Tensor, residue_mask: torch.Tensor) -> torch.Tensor:
+        """The head's logits (:mod:`bionemo.esm2.finetune.heads`)."""
         return self.head(hidden, residue_mask)
 
 
@@ -228,10 +234,12 @@ class CachedHeadConfig:
     hidden_size: int
 
     def configure_model(self, *args: Any, **kwargs: Any) -> CachedHead:
+        """A freshly initialised head."""
         return CachedHead(self.spec, self.hidden_size)
 
     def get_loss_reduction_class(self) -> Any:
-        return functools.partial(FinetuneLossReduction, task=self.spec.task)
+        """The task's loss reduction (:func:`~bionemo.esm2.finetune.reduction.task_reduction`)."""
+        return task_reduction(self.spec.task)
 
 
 def cached_forward_step(model: Any, batch: dict[str, Any]) -> dict[str, torch.Tensor]:

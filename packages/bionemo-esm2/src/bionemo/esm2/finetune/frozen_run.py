@@ -45,7 +45,6 @@ def frozen_datamodule(
 ) -> Any:
     """The data module that encodes every sequence once with the base encoder, then serves cached features."""
     from bionemo.esm2.finetune.frozen import CachedFeaturesDataModule
-    from bionemo.esm2.finetune.train import encoder_tensors
 
     samples_per_step = defaults.value(settings, "global_batch_size")
     return CachedFeaturesDataModule(
@@ -63,8 +62,6 @@ def frozen_datamodule(
 
 def _encoder(device: Any, *, settings: RunSettings, model: dict[str, Any], start: Any) -> Any:
     """The base encoder (no LM head) with its weights, on ``device``, in the run's precision (bf16 on GPUs)."""
-    import torch
-
     from bionemo.esm2.finetune.train import encoder_tensors
     from bionemo.esm2.model import ESM2Model
     from bionemo.esm2.weights import apply_weights

@@ -52,7 +52,7 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
     encoder = _choice(EncoderMode, settings.encoder, "--encoder")
     check_label_options(task, settings.label_column, settings.mask_column)
     choice = DEFAULT_HEAD[task] if settings.head is None else _choice(HeadChoice, settings.head, "--head")
-    head = head_config(task, choice)
+    head = head_config(task, choice, **({} if settings.head_dropout is None else {"dropout": settings.head_dropout}))
     given = [name for name in _LORA_OPTIONS if getattr(settings, name) not in (None, [])]
     if given and encoder is not EncoderMode.LORA:
         flags = ", ".join("--" + name.replace("_", "-") for name in given)

@@ -113,7 +113,9 @@ class FinetuneSpec:
             "head": self.head.to_json(),
             "labels": self.labels.to_json(),
             "encoder": str(self.encoder),
-            "lora": None if self.lora is None else {**dataclasses.asdict(self.lora), "targets": list(self.lora.targets)},
+            "lora": None
+            if self.lora is None
+            else {**dataclasses.asdict(self.lora), "targets": list(self.lora.targets)},
         }
 
     @classmethod

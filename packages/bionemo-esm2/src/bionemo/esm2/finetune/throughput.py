@@ -11,27 +11,41 @@ __all__ = ["StepTimer"]
 
 
 class StepTimer(pl.Callback):
-    """Times the optimizer steps after the first ``skip`` (compilation, allocator warm-up), validations left out.
+    """Times the optimizer steps after the first ``skip``, leaving out validation and checkpoint saves.
 
-    The device is synchronised only where a span starts or ends (the first timed step, each validation's start and
-    end, the end of training), so the steps between run as they would untimed. :attr:`steps` and :attr:`seconds`
-    cover optimizer steps ``first_step .. last_step``; :attr:`peak_memory_bytes` is the device's peak allocation
-    over the run (CUDA only).
+    The first ``skip`` steps hold one-time costs (compilation, allocator warm-up).
+    The clock stops at the end of every ``pause_every``-th step (before the checkpoint callbacks, which Lightning
+    runs last, save) and at each validation's start, and starts again at the next training batch. The device is
+    synchronised only where a span starts or ends, so the steps between run as they would untimed. :attr:`spans`
+    and :attr:`seconds` cover the timed steps; :attr:`peak_memory_bytes` is the device's peak allocation over the run
+    (CUDA only).
     """
 
-    def __init__(self, skip: int = 3) -> None:
+    def __init__(self, skip: int = 3, pause_every: int | None = None) -> None:
         super().__init__()
         self.skip = skip
-        self.first_step: int | None = None
-        self.last_step: int | None = None
+        self.pause_every = pause_every
+        self.spans: list[tuple[int, int]] = []
+        """Timed runs of optimizer steps, ``(first, end)``: steps ``first .. end - 1``."""
         self.seconds = 0.0
         self.peak_memory_bytes: int | None = None
         self._since: float | None = None
+        self._since_step = 0
 
     def _now(self, trainer: pl.Trainer) -> float:
         if trainer.strategy.root_device.type == "cuda":
             torch.cuda.synchronize(trainer.strategy.root_device)
         return time.perf_counter()
+
+    def _stop(self, trainer: pl.Trainer) -> None:
+        if self._since is not None:
+            self.seconds += self._now(trainer) - self._since
+            if trainer.global_step > self._since_step:
+                self.spans.append((self._since_step, trainer.global_step))
+            self._since = None
+
+    def _start(self, trainer: pl.Trainer) -> None:
+        self._since, self._since_step = self._now(trainer), trainer.global_step
 
     @override
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
@@ -39,35 +53,27 @@ class StepTimer(pl.Callback):
             torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
 
     @override
+    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+        if self._since is None and trainer.global_step >= self.skip:
+            self._start(trainer)
+
+    @override
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
-        step = trainer.global_step
-        if self.first_step is None and step >= self.skip:
-            self.first_step, self._since = step, self._now(trainer)
-        if self.first_step is not None:
-            self.last_step = step
+        if self.pause_every and trainer.global_step % self.pause_every == 0:
+            self._stop(trainer)
 
     @override
     def on_validation_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._since is not None and not trainer.sanity_checking:
-            self.seconds += self._now(trainer) - self._since
-            self._since = None
-
-    @override
-    def on_validation_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.first_step is not None and self._since is None and not trainer.sanity_checking:
-            self._since = self._now(trainer)
+        if not trainer.sanity_checking:
+            self._stop(trainer)
 
     @override
     def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self._since is not None:
-            self.seconds += self._now(trainer) - self._since
-            self._since = None
+        self._stop(trainer)
         if trainer.strategy.root_device.type == "cuda":
             self.peak_memory_bytes = torch.cuda.max_memory_allocated(trainer.strategy.root_device)
 
     @property
     def steps(self) -> int:
         """Optimizer steps timed."""
-        if self.first_step is None or self.last_step is None:
-            return 0
-        return self.last_step - self.first_step
+        return sum(end - first for first, end in self.spans)

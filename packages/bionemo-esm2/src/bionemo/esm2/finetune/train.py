@@ -16,7 +16,7 @@ from typing import Any
 
 from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, model_config
 from bionemo.esm2.finetune.options import DEFAULT_LR, FinetuneOptions, finetune_options
-from bionemo.esm2.finetune.spec import LM_HEAD_PREFIXES, EncoderMode, FinetuneSpec
+from bionemo.esm2.finetune.spec import LM_HEAD_PREFIXES, FinetuneSpec
 from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary, OptionError, read_labelled_csv, split
 from bionemo.recipes.choices import Precision
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
