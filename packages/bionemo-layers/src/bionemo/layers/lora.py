@@ -157,7 +157,7 @@ class LoRALinear(torch.nn.Module):
                 "LoRA on a linear layer without its own weight (skip_weight_param_allocation): not supported"
             )
         self.group = base.tp_group
-        size = group_size(self.group)
+        size = self.tp_size = group_size(self.group)
         if self.parallel == "column" and config.rank % size:
             raise ValueError(
                 f"rank={config.rank} with tensor parallelism {size}: valid is a multiple of {size} "
@@ -186,11 +186,17 @@ class LoRALinear(torch.nn.Module):
     def forward(self, input_: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``base(input_, *args, **kwargs)`` with the low-rank update added to its output."""
         output, bias = self.base(input_, *args, **kwargs)
-        return output + self.update(input_, self._gathers_output(args, kwargs)), bias
+        return torch.add(output, self._unscaled(input_, self._gathers_output(args, kwargs)), alpha=self.scale), bias
 
     def update(self, input_: torch.Tensor, gather_output: bool = False) -> torch.Tensor:
         """``scale * dropout(input_) @ A.T @ B.T`` in the base output's layout; ``input_`` as the base gets it."""
+        return self._unscaled(input_, gather_output) * self.scale
+
+    def _unscaled(self, input_: torch.Tensor, gather_output: bool) -> torch.Tensor:
+        """``dropout(input_) @ A.T @ B.T``; without tensor parallelism two GEMMs and nothing else (fewer launches)."""
         x = self.dropout(input_)
+        if self.tp_size == 1:
+            return F.linear(F.linear(x, self.lora_A.weight), self.lora_B.weight)
         group = self.group
         if self.parallel == "column":
             x = copy_to_tensor_model_parallel_region(x, group=group)  # backward: sum the input gradient over ranks
@@ -201,7 +207,7 @@ class LoRALinear(torch.nn.Module):
         out = F.linear(hidden, self.lora_B.weight)  # this rank's slice of the output
         if self.parallel == "row" or gather_output:
             out = gather_last_dim(out, group)
-        return out * self.scale
+        return out
 
     def _gathers_output(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
         """Whether a column-parallel base gathers this call's output (megatron's ``runtime_gather_output``)."""
