@@ -61,7 +61,8 @@ def bench_hf(folder: Path, sequences: list[str], mode: str, args: argparse.Names
 
     cuda = torch.cuda.is_available()
     device = torch.device("cuda" if cuda else "cpu")
-    model = EsmForSequenceClassification.from_pretrained(folder, num_labels=2, attn_implementation="sdpa").to(device)
+    model: Any = EsmForSequenceClassification.from_pretrained(folder, num_labels=2, attn_implementation="sdpa")
+    model = model.to(device)
     if mode == "lora":
         from peft import LoraConfig, get_peft_model
 
@@ -148,7 +149,7 @@ def bench_shape(key: str, args: argparse.Namespace, root: Path) -> dict[str, Any
         hf = None if args.skip_hf else bench_hf(folder, sequences, mode, args)
         ours = run_ours(folder, train, val, root / f"run_{key}_{mode}", mode, args)
         result["modes"][mode] = {"hf": hf, "ours": ours}
-        ours_rate, hf_rate = ours.get("train_tokens_per_second"), hf and hf["tokens_per_second"]
+        ours_rate, hf_rate = ours.get("train_tokens_per_second"), hf["tokens_per_second"] if hf else None
         print(
             f"{key} {mode}: ours {ours_rate or 0:,.0f} tokens/s, peak {ours.get('peak_memory_gib') or 0:.1f} GiB, "
             f"wall {ours['wall_seconds']:.0f} s | transformers{' + peft' if mode == 'lora' else ''} "
@@ -171,7 +172,7 @@ def bench_shape(key: str, args: argparse.Namespace, root: Path) -> dict[str, Any
 
 
 def parse_args() -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--shapes", default="650m", help="Comma-separated: demo, 8m, 35m, 150m, 650m, ...")
     parser.add_argument("--sequences", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=30, help="Timed steps per run.")

@@ -22,6 +22,7 @@ def _gpt() -> torch.nn.Module:
     ensure_model_parallel(cuda=False)
     module = make_module()
     module.configure_model()
+    assert module.module is not None
     return module.module
 
 

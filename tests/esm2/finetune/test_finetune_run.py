@@ -70,7 +70,8 @@ def test_classification_full_learns_and_exports_its_best_validation(files):
     meta = _metadata(run / "model.safetensors")
     spec = FinetuneSpec.from_json(meta[FINETUNE_KEY])
     assert (spec.task, spec.labels.classes, spec.labels.columns) == ("classification", ("hyd", "pol"), ("kind",))
-    assert meta["best"]["metric"] == "val_mcc" and meta["steps"] == 40
+    assert meta["best"]["metric"] == "val_mcc"
+    assert meta["steps"] == 40
 
     test = _predict(files, run, files["test"], "cls_test")
     truth = read_csv(files["test"])
@@ -109,21 +110,26 @@ def test_regression_lora_learns_with_the_base_weights_unchanged(files):
                     "--encoder", "lora", "--lora-rank", "4", "--lr", "3e-3", "--max-steps", "60",
                     "--val-check-interval", "20")  # fmt: skip
     spec = FinetuneSpec.from_json(_metadata(run / "model.safetensors")[FINETUNE_KEY])
-    assert spec.encoder == "lora" and spec.lora is not None and spec.lora.rank == 4
+    assert spec.encoder == "lora"
+    assert spec.lora is not None
+    assert spec.lora.rank == 4
     with safe_open(str(run / "model.safetensors"), framework="pt") as f:
         saved = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
     base = load_checkpoint(files["base"]).tensors
     encoder = [k for k in saved if not k.startswith("head.") and "lora_" not in k]
-    assert encoder and all(torch.equal(saved[k], base[k]) for k in encoder)  # LoRA leaves the base as it was
+    assert encoder
+    assert all(torch.equal(saved[k], base[k]) for k in encoder)  # LoRA leaves the base as it was
     factors = [k for k in saved if "lora_B" in k]
-    assert len(factors) == 2 * 4 and any(saved[k].abs().sum() > 0 for k in factors)  # 2 layers x 4 targets, trained
+    assert len(factors) == 2 * 4  # 2 layers x 4 targets
+    assert any(saved[k].abs().sum() > 0 for k in factors)  # trained
 
     test = _predict(files, run, files["test"], "lora_test", "--include", "embeddings")
     truth = [float(r["score"]) for r in read_csv(files["test"])]
     predicted = [float(r["score"]) for r in read_csv(test / "predictions.csv")]
     assert _spearman(predicted, truth) >= 0.8
     ids, tensors = read_predictions(test / "predictions.safetensors")
-    assert tensors["values"].shape == (len(truth), 1) and tensors["embeddings"].shape == (len(truth), 64)
+    assert tensors["values"].shape == (len(truth), 1)
+    assert tensors["embeddings"].shape == (len(truth), 64)
 
 
 def test_token_classification_frozen_cache_gives_what_predict_gives(files):

@@ -27,8 +27,9 @@ def test_sequence_classifier_predicts_transformers_probabilities(tmp_path):
     model = random_hf_classifier(tmp_path / "base", tmp_path / "hf", num_labels=3, id2label=LABELS)
     sequences = random_sequences(9, seed=4)
     out = tmp_path / "pred"
-    bionemo("run", "predict", "--checkpoint", str(tmp_path / "hf"), "--data", str(_fasta(tmp_path / "q.fasta", sequences)),
-            "--output-dir", str(out), "--accelerator", "cpu", cwd=tmp_path)  # fmt: skip
+    fasta = _fasta(tmp_path / "q.fasta", sequences)
+    bionemo("run", "predict", "--checkpoint", str(tmp_path / "hf"), "--data", str(fasta), "--output-dir", str(out),
+            "--accelerator", "cpu", cwd=tmp_path)  # fmt: skip
     logits, _ = hf_logits(model, sequences)
     expected = logits.float().softmax(dim=-1)
     ids, tensors = read_predictions(out / "predictions.safetensors")
@@ -45,8 +46,9 @@ def test_token_classifier_predicts_transformers_probabilities_per_residue(tmp_pa
     model = random_hf_classifier(tmp_path / "base", tmp_path / "hf", token=True, num_labels=3, id2label=names)
     sequences = random_sequences(7, seed=5)
     out = tmp_path / "pred"
-    bionemo("run", "predict", "--checkpoint", str(tmp_path / "hf"), "--data", str(_fasta(tmp_path / "q.fasta", sequences)),
-            "--output-dir", str(out), "--accelerator", "cpu", cwd=tmp_path)  # fmt: skip
+    fasta = _fasta(tmp_path / "q.fasta", sequences)
+    bionemo("run", "predict", "--checkpoint", str(tmp_path / "hf"), "--data", str(fasta), "--output-dir", str(out),
+            "--accelerator", "cpu", cwd=tmp_path)  # fmt: skip
     logits, _ = hf_logits(model, sequences)
     _, tensors = read_predictions(out / "predictions.safetensors")
     per_residue = split_residues(tensors, "probabilities")

@@ -14,8 +14,10 @@ __all__ = ["checked_checkpoint", "checked_checkpoint_header", "datamodule", "mod
 def model_config(
     model: Mapping[str, Any], settings: RunSettings, *, training: bool = True, config_class: Any = None, **extra: Any
 ):
-    """The ``ESM2Config`` (or ``config_class``, a subclass, with its ``extra`` fields) of ``model`` settings under
-    this run's parallel layout and precision.
+    """The ``ESM2Config`` of ``model`` settings under this run's parallel layout and precision.
+
+    ``config_class`` (a subclass of ``ESM2Config``, default ``ESM2Config``) is built instead, with its ``extra``
+    fields.
 
     Training: parameters are bf16 under MegatronStrategy with bf16 precision; Lightning's strategies keep fp32
     parameters and autocast. Prediction: parameters are in the precision's type (bf16, fp16) on every strategy

@@ -274,7 +274,7 @@ class ESM2Model(LanguageModule):
             )
         if not lm_head:
             if pre_process:  # what setup_embeddings_and_output_layer marks; nothing is tied without an output layer
-                self.embedding.word_embeddings.weight.is_embedding_or_output_parameter = True
+                setattr(self.embedding.word_embeddings.weight, "is_embedding_or_output_parameter", True)  # noqa: B010
         elif pre_process or post_process:
             self.setup_embeddings_and_output_layer()
 

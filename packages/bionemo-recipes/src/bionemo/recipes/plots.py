@@ -9,8 +9,10 @@ _CURVES = ("reduced_train_loss", "val_ppl")
 
 
 def read_curves(metrics_csv: Path, keys: tuple[str, ...] = _CURVES) -> dict[str, list[tuple[int, float]]]:
-    """``(step, value)`` of each of ``keys`` (default ``reduced_train_loss``, ``val_ppl``) in Lightning's CSV log,
-    in logged order."""
+    """``(step, value)`` of each of ``keys`` in Lightning's CSV log, in logged order.
+
+    ``keys`` default to ``reduced_train_loss`` and ``val_ppl``.
+    """
     points: dict[str, list[tuple[int, float]]] = {key: [] for key in keys}
     if metrics_csv.is_file():
         with metrics_csv.open(newline="") as f:
@@ -30,8 +32,10 @@ def plot_curves(
     val_label: str = "perplexity",
     val_title: str = "Validation perplexity",
 ) -> Path | None:
-    """Plot training loss and a validation metric (``val_key``, default perplexity) per step from Lightning's CSV
-    log; ``None`` if no data."""
+    """Plot training loss and a validation metric per step from Lightning's CSV log; ``None`` if no data.
+
+    ``val_key`` is the metric (default the perplexity), the labels and title name the axes.
+    """
     curves = read_curves(metrics_csv, ("reduced_train_loss", val_key))
     train, val = curves["reduced_train_loss"], curves[val_key]
     if not train and not val:

@@ -29,6 +29,7 @@ def fit(
 
     from bionemo.esm2.finetune.best import BestWeights
     from bionemo.esm2.finetune.throughput import StepTimer
+    from bionemo.esm2.finetune.train import encoder_tensors
     from bionemo.esm2.weights import full_state_dict
     from bionemo.recipes.checkpoints import resume_checkpoint
     from bionemo.recipes.trainers import is_launching_rank
@@ -55,8 +56,6 @@ def fit(
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
     best.restore(module)
     if frozen:
-        from bionemo.esm2.finetune.train import encoder_tensors
-
         head = module.unwrapped_module().state_dict()  # head.* names, as a fine-tuned file holds them
         tensors = {**encoder_tensors(start.tensors), **{k: v.detach().cpu() for k, v in head.items()}}
     else:

@@ -21,11 +21,12 @@ import torch
 from torch import nn
 from torch.utils.data import Dataset
 
+from bionemo.core import BionemoTrainableModelConfig
 from bionemo.esm2.finetune.data import residue_mask
 from bionemo.esm2.finetune.head_config import HeadKind
 from bionemo.esm2.finetune.heads import build_head
 from bionemo.esm2.finetune.objectives import targets
-from bionemo.esm2.finetune.reduction import task_reduction
+from bionemo.esm2.finetune.reduction import FinetuneLossReduction, task_reduction
 from bionemo.esm2.finetune.spec import FinetuneSpec
 from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary
 from bionemo.lightning import MegatronDataModule
@@ -227,7 +228,7 @@ class CachedHead(nn.Module):
 
 
 @dataclass(kw_only=True)
-class CachedHeadConfig:
+class CachedHeadConfig(BionemoTrainableModelConfig[CachedHead, FinetuneLossReduction]):
     """Builds :class:`CachedHead` and names the task's loss reduction (``BionemoLightningModule``'s config contract)."""
 
     spec: FinetuneSpec
@@ -237,7 +238,7 @@ class CachedHeadConfig:
         """A freshly initialised head."""
         return CachedHead(self.spec, self.hidden_size)
 
-    def get_loss_reduction_class(self) -> Any:
+    def get_loss_reduction_class(self) -> Any:  # a factory called as the class is
         """The task's loss reduction (:func:`~bionemo.esm2.finetune.reduction.task_reduction`)."""
         return task_reduction(self.spec.task)
 

@@ -30,13 +30,13 @@ def frozen_module(settings: RunSettings, defaults: RecipeDefaults, spec: Finetun
     warmup = settings.warmup_steps if settings.warmup_steps is not None else max_steps // 10
     lr = settings.head_lr or defaults.value(settings, "lr")
     optimizer = OptimizerConfig(optimizer="adam", lr=lr, weight_decay=0.01, clip_grad=1.0)
+    # NeMo's optimizer module calls it as it calls an LRSchedulerModule (without NeMo's base class)
+    schedule: Any = WarmupCosine(max_steps=max_steps, warmup_steps=min(warmup, max_steps))
     return BionemoLightningModule(
         CachedHeadConfig(spec=spec, hidden_size=int(defaults.model["hidden_size"])),
         forward_step=cached_forward_step,
         data_step=data_step,
-        optimizer=MegatronOptimizerModule(
-            config=optimizer, lr_scheduler=WarmupCosine(max_steps=max_steps, warmup_steps=min(warmup, max_steps))
-        ),
+        optimizer=MegatronOptimizerModule(config=optimizer, lr_scheduler=schedule),
     )
 
 

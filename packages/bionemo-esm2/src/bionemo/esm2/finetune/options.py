@@ -1,6 +1,8 @@
 """The fine-tuning options of ``bionemo run finetune``, checked together before any file is read or torch imported."""
 
 from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
 
 from bionemo.esm2.finetune.head_config import HeadChoice, HeadConfig, head_config
 from bionemo.esm2.finetune.spec import LORA_TARGETS, EncoderMode, LoRASettings
@@ -87,7 +89,7 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
     )
 
 
-def _choice(kind: type, value: str, option: str):
+def _choice(kind: type[StrEnum], value: str, option: str) -> Any:
     try:
         return kind(str(value).strip().lower())
     except ValueError:

@@ -14,7 +14,6 @@ changes the model, the step and the files written:
 """
 
 import csv
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -134,7 +133,7 @@ def write_predictions_csv(path: Path, predictions_file: Path, spec: FinetuneSpec
 
     ids, tensors = read_predictions(predictions_file)
     key = output_key(spec.task)
-    rows: Sequence[Any] = split_residues(tensors, key) if spec.task.per_residue else tensors[key]
+    rows: Any = split_residues(tensors, key) if spec.task.per_residue else tensors[key]
     with replaced_atomically(path) as temporary, temporary.open("w", newline="", encoding="utf-8") as f:
         writer = csv.writer(f)
         writer.writerow(["id", *spec.labels.columns])

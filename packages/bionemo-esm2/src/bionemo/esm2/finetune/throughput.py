@@ -53,12 +53,16 @@ class StepTimer(pl.Callback):
             torch.cuda.reset_peak_memory_stats(trainer.strategy.root_device)
 
     @override
-    def on_train_batch_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+    def on_train_batch_start(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, batch: Any, batch_idx: int
+    ) -> None:
         if self._since is None and trainer.global_step >= self.skip:
             self._start(trainer)
 
     @override
-    def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, *args: Any) -> None:
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
         if self.pause_every and trainer.global_step % self.pause_every == 0:
             self._stop(trainer)
 

@@ -219,6 +219,8 @@ def finetune_module(settings: RunSettings, defaults: RecipeDefaults, spec: Finet
         clip_grad=1.0,
     )
     head_lr = settings.head_lr or lr
+    # NeMo's optimizer module calls it as it calls an LRSchedulerModule (without NeMo's base class)
+    schedule: Any = WarmupCosine(max_steps=max_steps, warmup_steps=min(warmup, max_steps))
     config = model_config(defaults.model, settings, config_class=ESM2FinetuneConfig, finetune=_spec_json(spec))
     return BionemoLightningModule(
         config,
@@ -226,7 +228,7 @@ def finetune_module(settings: RunSettings, defaults: RecipeDefaults, spec: Finet
         data_step=data_step,
         optimizer=MegatronOptimizerModule(
             config=optimizer,
-            lr_scheduler=WarmupCosine(max_steps=max_steps, warmup_steps=min(warmup, max_steps)),
+            lr_scheduler=schedule,
             scale_lr_cond=is_head_parameter if head_lr != lr else None,
             lr_mult=head_lr / lr,
         ),
