@@ -14,7 +14,7 @@ from bionemo.esm2.recipes import MODEL_KEYS
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
-__all__ = ["check_same_shape", "train"]
+__all__ = ["SHAPE_KEYS", "check_same_shape", "checked_model_settings", "train"]
 
 TRAIN_WORKERS = 2
 """DataLoader worker processes that tokenize and mask training samples on GPU machines. In the main process the
@@ -23,7 +23,8 @@ of a step the smaller the model. At the 650M shape (micro-batches of 16 x 1026, 
 696.7-698.4 ms per step with two workers and page-locked batches, 700.4-707.0 ms without
 (tools/bench_recipe_throughput.py, 1 H200, runs alternated in one session)."""
 
-_SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
+SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
+"""The model settings that make a checkpoint's shape."""
 
 
 def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> SummaryRows:
@@ -38,7 +39,7 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank
 
     # every check that needs no tensor comes first and imports nothing heavy: bad input is refused at once
-    model = _checked_model({**defaults.model, **(settings.model or {})})
+    model = checked_model_settings({**defaults.model, **(settings.model or {})})
     header = None
     if settings.checkpoint is not None:
         header = checked_checkpoint_header(settings.checkpoint)
@@ -303,12 +304,12 @@ def _earlier(weights: Path) -> dict[str, Any]:
 
 def check_same_shape(found: Mapping[str, Any], wanted: Mapping[str, Any], recipe: str, checkpoint: Path) -> None:
     """Refuse a checkpoint of another shape than the recipe's (``train --checkpoint``, ``predict --recipe``)."""
-    differ = [key for key in _SHAPE_KEYS if found.get(key) != wanted.get(key)]
+    differ = [key for key in SHAPE_KEYS if found.get(key) != wanted.get(key)]
     if not differ:
         return
     from bionemo.esm2.catalog import ESM2_SHAPES
 
-    same = [name for name, shape in ESM2_SHAPES.items() if all(getattr(shape, k) == found.get(k) for k in _SHAPE_KEYS)]
+    same = [name for name, shape in ESM2_SHAPES.items() if all(getattr(shape, k) == found.get(k) for k in SHAPE_KEYS)]
     hint = f"; use --recipe {same[0]}" if same else "; set the recipe's shape under model: in --config"
     raise SettingsError(
         f"checkpoint {checkpoint} has "
@@ -320,7 +321,7 @@ def check_same_shape(found: Mapping[str, Any], wanted: Mapping[str, Any], recipe
     )
 
 
-def _checked_model(model: dict[str, Any]) -> dict[str, Any]:
+def checked_model_settings(model: dict[str, Any]) -> dict[str, Any]:
     """``model`` if every key is an ``ESM2Config`` field, else a SettingsError listing the valid ones.
 
     ``ESM2Config`` (megatron-core) is imported only for keys outside :data:`~bionemo.esm2.recipes.MODEL_KEYS`.

@@ -24,12 +24,14 @@ from bionemo.recipes.settings import RunSettings, SettingsError
 
 __all__ = [
     "FINETUNE_EPOCHS",
+    "LORA_RECOMPUTE_SHARE",
     "LabelledData",
     "encoder_tensors",
     "finetune",
     "finetune_defaults",
     "finetune_module",
     "is_head_parameter",
+    "lora_recompute",
     "prepare_model",
     "read_labelled_data",
     "trainable_parameters",
@@ -124,7 +126,7 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     (:func:`finetune_defaults`) and takes the model's shape from the base checkpoint.
     """
     from bionemo.recipes.resolved import resolved_training_settings, save_settings, training_plan
-    from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank
+    from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank, uses_megatron
 
     try:
         options = finetune_options(settings)
@@ -149,7 +151,7 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
             "parallelism are for pretraining long sequences: leave --pipeline-parallel and --context-parallel at 1",
             "--pipeline-parallel" if settings.pipeline_parallel > 1 else "--context-parallel",
         )
-    model = dict(header.model)
+    model = {**header.model, **_model_overrides(settings, header.model)}
     data = read_labelled_data(settings, options, model["seq_length"] - 2)
     spec = FinetuneSpec(
         task=options.task, head=options.head, labels=data.vocabulary, encoder=options.encoder, lora=options.lora
@@ -161,6 +163,8 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     given = settings
     settings = resolved_training_settings(settings, run_defaults, gpu=gpu)
     _check_lora_layout(spec, settings)
+    if spec.lora is not None and uses_megatron(settings):
+        run_defaults = replace(run_defaults, model=lora_recompute(run_defaults.model))
     check_output_dir(out, create=False)
     start = checked_checkpoint(header.path)  # the tensors: NaN/Inf
     check_output_dir(out)
@@ -171,6 +175,49 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     from bionemo.esm2.finetune.fit import fit
 
     return fit(settings, run_defaults, recipe, spec, data, out, start)
+
+
+LORA_RECOMPUTE_SHARE = 3 / 8
+"""Share of the layers whose activations a LoRA run on GPUs recomputes in the backward pass instead of keeping."""
+
+
+def lora_recompute(model: dict[str, Any]) -> dict[str, Any]:
+    """``model`` with megatron's activation recomputation of the first :data:`LORA_RECOMPUTE_SHARE` of the layers.
+
+    LoRA is chosen to fit in less memory: with the base frozen its optimizer state is tiny and the activations are
+    most of the peak. Recomputing whole layers (megatron's ``recompute_granularity="full"``, ``"block"`` method) for
+    3/8 of them brings a LoRA run's peak to half of full fine-tuning's at the 650M shape (``tools/bench_finetune.py``)
+    for one more forward pass of those layers. ``model:`` settings of a ``--config`` that set any recomputation win.
+    """
+    if any(key.startswith("recompute_") for key in model):
+        return model
+    layers = max(1, round(int(model["num_layers"]) * LORA_RECOMPUTE_SHARE))
+    return {**model, "recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": layers}
+
+
+def _model_overrides(settings: RunSettings, base: dict[str, Any]) -> dict[str, Any]:
+    """The ``model:`` settings of a ``--config`` file, e.g. megatron's activation recomputation.
+
+    They may repeat the base checkpoint's shape, not change it.
+
+    Raises:
+        SettingsError: An unknown key (:func:`bionemo.esm2.train.checked_model_settings`), or a shape setting that
+            differs from the base checkpoint's.
+    """
+    from bionemo.esm2.train import SHAPE_KEYS, checked_model_settings
+
+    given = checked_model_settings(dict(settings.model or {}))
+    changed = [k for k in (*SHAPE_KEYS, "seq_length", "vocab_size") if k in given and given[k] != base.get(k)]
+    if changed:
+        raise SettingsError(
+            "model settings "
+            + ", ".join(f"{k}={given[k]!r}" for k in changed)
+            + " differ from the base checkpoint's "
+            + ", ".join(f"{k}={base.get(k)!r}" for k in changed)
+            + "; fine-tuning keeps the base's shape",
+            "--config",
+        )
+    return given
 
 
 def _check_lora_layout(spec: FinetuneSpec, settings: RunSettings) -> None:
