@@ -10,6 +10,7 @@ self-describing ``model.safetensors`` (:mod:`bionemo.esm2.finetune.spec`).
 import functools
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -181,7 +182,7 @@ LORA_RECOMPUTE_SHARE = 3 / 8
 """Share of the layers whose activations a LoRA run on GPUs recomputes in the backward pass instead of keeping."""
 
 
-def lora_recompute(model: dict[str, Any]) -> dict[str, Any]:
+def lora_recompute(model: Mapping[str, Any]) -> Mapping[str, Any]:
     """``model`` with megatron's activation recomputation of the first :data:`LORA_RECOMPUTE_SHARE` of the layers.
 
     LoRA is chosen to fit in less memory: with the base frozen its optimizer state is tiny and the activations are
