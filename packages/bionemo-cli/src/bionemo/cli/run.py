@@ -96,7 +96,8 @@ TokensPerBatchOpt = Annotated[
     typer.Option(
         "--tokens-per-batch",
         min=1,
-        help="Batch length-sorted sequences up to this many tokens (padding included) instead of by count.",
+        help="Batch length-sorted sequences up to this many tokens (padding included). Default: sized from the "
+        "model and the device (up to 131,072 on GPUs, 8,192 on CPUs), or by count with --micro-batch-size.",
     ),
 ]
 LayerOpt = Annotated[

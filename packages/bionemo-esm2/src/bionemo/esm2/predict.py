@@ -290,7 +290,8 @@ def _run_prediction(
     from bionemo.lightning import BionemoLightningModule, default_megatron_optimizer
     from bionemo.recipes.trainers import accelerator, build_trainer, uses_megatron
 
-    plan = _plan(settings, defaults, records, todo)
+    budget = _tokens_per_batch(settings, checkpoint.model, records)
+    plan = _plan(settings, defaults, records, todo, budget)
     pseudo_tokens = None
     callbacks: list[Any] = []
     if Include.PSEUDO_PERPLEXITY in settings.include:
@@ -333,6 +334,7 @@ def _run_prediction(
 
     return {
         "rank": trainer.global_rank,
+        "tokens_per_batch": budget,
         "tokens": tokens(todo),
         "predict_seconds": clock.seconds,
         "first_batch_seconds": clock.first_batch_seconds,
@@ -398,15 +400,43 @@ def _load_weights(model: Any, tensors: dict[str, Any], dtype: Any) -> Any:
     return model.to(dtype)
 
 
-def _plan(settings: RunSettings, defaults: RecipeDefaults, records: list, todo: Sequence[int]) -> list[list[int]]:
-    """Length-sorted batches of the positions ``todo``: by ``--tokens-per-batch`` and/or the micro-batch size."""
+def _tokens_per_batch(settings: RunSettings, model: dict[str, Any], records: list) -> int | None:
+    """The batches' token budget: ``--tokens-per-batch``, or the default for the model and the device.
+
+    The default (:func:`bionemo.esm2.batch_budget.default_tokens_per_batch`) applies when neither
+    ``--tokens-per-batch`` nor ``--micro-batch-size`` is given; None when only ``--micro-batch-size`` is.
+    """
+    if settings.tokens_per_batch is not None or settings.micro_batch_size is not None:
+        return settings.tokens_per_batch
+    from bionemo.esm2.batch_budget import default_tokens_per_batch
+    from bionemo.recipes.trainers import accelerator
+
+    device_memory = None
+    if accelerator(settings) == "gpu":
+        import torch
+
+        device_memory = min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
+    output_bytes = {"float32": 4}.get(settings.output_dtype.value, 2)
+    longest = max((len(r.sequence) + 2 for r in records), default=2)
+    includes = [i.value for i in settings.include]
+    return default_tokens_per_batch(
+        model, includes, device_memory=device_memory, longest=longest, output_bytes=output_bytes
+    )
+
+
+def _plan(
+    settings: RunSettings, defaults: RecipeDefaults, records: list, todo: Sequence[int], tokens_per_batch: int | None
+) -> list[list[int]]:
+    """Length-sorted batches of the positions ``todo``: by ``tokens_per_batch`` and/or the micro-batch size.
+
+    With a token budget the micro-batch size caps a batch only where ``--micro-batch-size`` gives one; without a
+    budget the recipe's micro-batch size is the batch.
+    """
     from bionemo.esm2.data import length_sorted_batches
 
     lengths = [len(records[i].sequence) + 2 for i in todo]
-    batch_size = (
-        settings.micro_batch_size if settings.tokens_per_batch else defaults.value(settings, "micro_batch_size")
-    )
-    batches = length_sorted_batches(lengths, tokens_per_batch=settings.tokens_per_batch, batch_size=batch_size)
+    batch_size = settings.micro_batch_size if tokens_per_batch else defaults.value(settings, "micro_batch_size")
+    batches = length_sorted_batches(lengths, tokens_per_batch=tokens_per_batch, batch_size=batch_size)
     return [[todo[k] for k in batch] for batch in batches]
 
 
@@ -497,6 +527,7 @@ def _summarize(
         "predictions": str(path),
         "includes": sorted(i.value for i in settings.include),
         "precision": (settings.precision or Precision.FP32).value,
+        "tokens_per_batch": timing.get("tokens_per_batch"),
         **_speed(timing),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
@@ -504,6 +535,10 @@ def _summarize(
         ("sequences", str(len(records)) + (f" ({truncated} cut by --truncate)" if truncated else "")),
         ("precision", _precision_label(settings)),
     ]
+    if budget := timing.get("tokens_per_batch"):
+        chosen = settings.tokens_per_batch is None and settings.micro_batch_size is None
+        how = " (the default for this model and device; --tokens-per-batch or --micro-batch-size set others)"
+        rows.append(("batches", f"length-sorted, up to {budget:,} tokens each" + (how if chosen else "")))
     if note := lowercase_note(records):
         rows.append(("input", note))
     if resumed:
