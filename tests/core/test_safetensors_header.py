@@ -5,7 +5,13 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from bionemo.core.safetensors_header import SafetensorsHeaderError, TensorEntry, read_safetensors_header
+from bionemo.core.safetensors_header import (
+    FLOATING_POINT_DTYPES,
+    TORCH_DTYPE_NAMES,
+    SafetensorsHeaderError,
+    TensorEntry,
+    read_safetensors_header,
+)
 
 
 def test_the_header_matches_what_the_library_reads(tmp_path):
@@ -59,3 +65,11 @@ def test_damaged_files_are_refused_and_the_library_refuses_them_too(good, damage
         read_safetensors_header(good)
     with pytest.raises(Exception), safe_open(str(good), framework="pt") as f:  # noqa: B017, PT011
         f.get_tensor("a")
+
+
+def test_the_dtype_names_are_those_safetensors_writes_for_each_torch_type(tmp_path):
+    tensors = {code: torch.zeros(2, dtype=getattr(torch, name)) for code, name in TORCH_DTYPE_NAMES.items()}
+    save_file(tensors, str(tmp_path / "all.safetensors"))
+    header = read_safetensors_header(tmp_path / "all.safetensors")
+    assert {key: entry.dtype for key, entry in header.tensors.items()} == {code: code for code in tensors}
+    assert {code for code, t in tensors.items() if t.is_floating_point()} == FLOATING_POINT_DTYPES

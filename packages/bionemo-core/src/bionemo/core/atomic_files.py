@@ -6,14 +6,25 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-__all__ = ["replaced_atomically"]
+__all__ = ["give_default_permissions", "replaced_atomically"]
+
+
+def give_default_permissions(path: Path | str) -> None:
+    """Give ``path`` the mode ``open`` or ``mkdir`` would: ``0o666`` (file) or ``0o777`` (folder) minus the umask.
+
+    ``tempfile.mkstemp`` and ``mkdtemp`` create ``0o600`` files and ``0o700`` folders; call this on one before
+    renaming it into place, so the result reads like any other file the user writes.
+    """
+    umask = os.umask(0)  # the only way to read the umask: set it and put it back
+    os.umask(umask)
+    os.chmod(path, (0o777 if os.path.isdir(path) else 0o666) & ~umask)
 
 
 @contextlib.contextmanager
 def replaced_atomically(path: Path) -> Iterator[Path]:
     """A temporary file beside ``path`` to write; renamed to ``path`` when the block ends without an error.
 
-    The file gets the usual permissions (``0o666`` minus the umask). On any error the temporary file is
+    The file gets the usual permissions (:func:`give_default_permissions`). On any error the temporary file is
     removed and ``path`` is left as it was: a reader sees the old file or the whole new one, never a part.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -21,9 +32,7 @@ def replaced_atomically(path: Path) -> Iterator[Path]:
     os.close(fd)
     try:
         yield Path(tmp)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        give_default_permissions(tmp)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

@@ -10,8 +10,38 @@ import os
 import struct
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 
-__all__ = ["SafetensorsHeader", "SafetensorsHeaderError", "TensorEntry", "read_safetensors_header"]
+__all__ = [
+    "FLOATING_POINT_DTYPES",
+    "TORCH_DTYPE_NAMES",
+    "SafetensorsHeader",
+    "SafetensorsHeaderError",
+    "TensorEntry",
+    "read_safetensors_header",
+]
+
+TORCH_DTYPE_NAMES = MappingProxyType(
+    {
+        "BOOL": "bool",
+        "U8": "uint8",
+        "I8": "int8",
+        "I16": "int16",
+        "U16": "uint16",
+        "I32": "int32",
+        "U32": "uint32",
+        "I64": "int64",
+        "U64": "uint64",
+        "F16": "float16",
+        "BF16": "bfloat16",
+        "F32": "float32",
+        "F64": "float64",
+    }
+)
+"""safetensors' type names (a header's ``dtype``) and torch's names of the same types (``torch.<name>``)."""
+
+FLOATING_POINT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
+"""The safetensors type names of :data:`TORCH_DTYPE_NAMES` that are floating point."""
 
 _MAX_HEADER_BYTES = 100_000_000
 """The largest header the safetensors library reads."""

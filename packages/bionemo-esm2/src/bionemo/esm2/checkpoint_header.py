@@ -17,7 +17,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bionemo.core.safetensors_header import SafetensorsHeader, SafetensorsHeaderError, read_safetensors_header
+from bionemo.core.safetensors_header import (
+    FLOATING_POINT_DTYPES,
+    TORCH_DTYPE_NAMES,
+    SafetensorsHeader,
+    SafetensorsHeaderError,
+    read_safetensors_header,
+)
 from bionemo.esm2.finetune.hf_heads import HF_HEAD_PREFIX, check_hf_head_layout, read_hf_finetune_spec
 from bionemo.esm2.finetune.layout import check_finetuned_layout, read_finetune_spec
 from bionemo.esm2.finetune.spec import FinetuneSpec
@@ -44,25 +50,6 @@ ESM_DEFAULTS = {
     "vocab_size": 33,
 }
 """``ESM2Config``'s defaults for the settings a Hugging Face config also holds (older bionemo files omit them)."""
-
-_TORCH_NAMES = {
-    "BOOL": "torch.bool",
-    "U8": "torch.uint8",
-    "I8": "torch.int8",
-    "I16": "torch.int16",
-    "U16": "torch.uint16",
-    "I32": "torch.int32",
-    "U32": "torch.uint32",
-    "I64": "torch.int64",
-    "U64": "torch.uint64",
-    "F16": "torch.float16",
-    "BF16": "torch.bfloat16",
-    "F32": "torch.float32",
-    "F64": "torch.float64",
-}
-"""safetensors' type names as torch prints the types (the messages match those of the tensor checks)."""
-
-_NOT_FLOATING_POINT = ("BOOL", "U8", "I8", "I16", "U16", "I32", "U32", "I64", "U64")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -124,9 +111,18 @@ def refuse_training_checkpoint(path: Path) -> None:
 
 
 def _layout(header: SafetensorsHeader) -> dict[str, TensorInfo]:
-    """Each tensor of a safetensors file, as its header describes it."""
+    """Each tensor of a safetensors file, as its header describes it.
+
+    Types are named as torch prints them (``torch.float32``), so the messages match those of the tensor checks;
+    a type outside :data:`~bionemo.core.safetensors_header.TORCH_DTYPE_NAMES` keeps its safetensors name and counts
+    as floating point (the ``F8_*`` types).
+    """
     return {
-        name: TensorInfo(_TORCH_NAMES.get(e.dtype, e.dtype), e.shape, e.dtype not in _NOT_FLOATING_POINT)
+        name: TensorInfo(
+            f"torch.{TORCH_DTYPE_NAMES[e.dtype]}" if e.dtype in TORCH_DTYPE_NAMES else e.dtype,
+            e.shape,
+            e.dtype in FLOATING_POINT_DTYPES or e.dtype not in TORCH_DTYPE_NAMES,
+        )
         for name, e in header.tensors.items()
     }
 
@@ -198,7 +194,7 @@ def _bionemo_header(path: Path) -> CheckpointHeader:
         metadata = {}
     if not isinstance(metadata.get("model"), dict):
         raise CheckpointError(f"checkpoint {path} has no model config in its metadata; was it written by bionemo?")
-    model = {**ESM_DEFAULTS, "vocab_size": metadata.get("vocab_size", 33), **metadata["model"]}
+    model = {**ESM_DEFAULTS, "vocab_size": metadata.get("vocab_size", ESM_DEFAULTS["vocab_size"]), **metadata["model"]}
     spec = read_finetune_spec(metadata, f"checkpoint {path}")
     try:
         if spec is None:

@@ -39,6 +39,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
+from bionemo.core.atomic_files import give_default_permissions
 from bionemo.esm2.hf_layout import (
     CONTACT_HEAD,
     ESM_VOCAB,
@@ -444,9 +445,7 @@ def write_folder(folder: Path, write: Callable[[Path], None], *, force: bool = F
     tmp = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".tmp", dir=folder.parent))
     try:
         write(tmp)  # the folder is renamed into place whole, so its files need no atomic writes of their own
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
+        give_default_permissions(tmp)
         if folder.exists():
             old = Path(tempfile.mkdtemp(prefix=f".{folder.name}.", suffix=".old", dir=folder.parent))
             moved = False

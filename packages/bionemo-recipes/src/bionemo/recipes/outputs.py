@@ -16,17 +16,13 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
+from bionemo.core.atomic_files import give_default_permissions
+from bionemo.core.safetensors_header import TORCH_DTYPE_NAMES
+
 __all__ = ["assemble_predictions", "read_predictions", "split_contacts", "split_residues"]
 
-_DTYPES = {
-    torch.float32: "F32",
-    torch.float16: "F16",
-    torch.bfloat16: "BF16",
-    torch.int64: "I64",
-    torch.int32: "I32",
-    torch.bool: "BOOL",
-    torch.float64: "F64",
-}
+_SAFETENSORS_NAMES = {getattr(torch, name): code for code, name in TORCH_DTYPE_NAMES.items()}
+"""The safetensors name (a header's ``dtype``) of each torch type."""
 
 
 def read_predictions(path: Path) -> tuple[list[str], dict[str, torch.Tensor]]:
@@ -116,9 +112,7 @@ def assemble_predictions(
             raise ValueError(f"{int((~written).sum())} of {n} inputs are in no prediction shard (e.g. rows {missing})")
         os.close(fd)
         fd = -1
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
+        give_default_permissions(tmp)
         os.replace(tmp, path)
     except BaseException:
         if fd >= 0:
@@ -147,7 +141,7 @@ def _layout(
                 if key == index_key:
                     continue
                 piece = f.get_slice(key)
-                dtype = getattr(torch, _TORCH_NAMES[piece.get_dtype()])
+                dtype = getattr(torch, TORCH_DTYPE_NAMES[piece.get_dtype()])
                 shape = list(piece.get_shape())
                 if key not in found:
                     found[key] = (dtype, shape)
@@ -174,10 +168,6 @@ def _layout(
     return layout
 
 
-_TORCH_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64", "I32": "int32",
-                "BOOL": "bool", "F64": "float64"}  # fmt: skip
-
-
 def _nbytes(dtype: torch.dtype, shape: tuple[int, ...]) -> int:
     return math.prod(shape) * torch.empty((), dtype=dtype).element_size()
 
@@ -191,7 +181,11 @@ def _header(
     for key in sorted(layout):
         dtype, shape = layout[key]
         size = _nbytes(dtype, shape)
-        entries[key] = {"dtype": _DTYPES[dtype], "shape": list(shape), "data_offsets": [position, position + size]}
+        entries[key] = {
+            "dtype": _SAFETENSORS_NAMES[dtype],
+            "shape": list(shape),
+            "data_offsets": [position, position + size],
+        }
         starts[key] = position
         position += size
     text = json.dumps(entries, separators=(",", ":")).encode()
