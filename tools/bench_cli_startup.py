@@ -1,7 +1,9 @@
 """How fast `bionemo --help` answers, against a bare Python start-up measured in the same run.
 
-Usage: uv run python tools/bench_cli_startup.py [--repeat 10]
-Target (DEVELOPERS.md): under 0.5 s. For scale it also times `import nemo.lightning`, what an eager CLI would pay.
+Usage: uv run python tools/bench_cli_startup.py [--repeat 10] [--with-nemo]
+CPU smoke: uv run python tools/bench_cli_startup.py --repeat 1
+Target: under 0.5 s. ``--with-nemo`` also times `import nemo.lightning`, what an eager CLI would pay. Figures:
+docs/benchmarks.md#cli-start-up.
 """
 
 import argparse

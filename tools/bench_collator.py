@@ -8,7 +8,9 @@ Prints the time of three ways to collate the same micro-batch outputs (ragged ``
 * ``batch_collator``: this project,
 * ``pad-then-cat``: what bionemo-llm users did (``F.pad`` each input, then ``torch.cat``).
 
-Usage: uv run python tools/bench_collator.py [--micro-batches 8] [--repeat 20] [--device cpu|cuda]
+Usage: uv run python tools/bench_collator.py [--micro-batches 8] [--vocab 1024] [--repeat 20] [--device cpu|cuda]
+CPU smoke: uv run python tools/bench_collator.py --micro-batches 2 --vocab 64 --repeat 2
+Figures: docs/benchmarks.md#batch_collator.
 """
 
 import argparse

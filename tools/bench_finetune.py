@@ -19,7 +19,8 @@ Without CUDA everything runs on the CPU in float32: a smoke run, not a measureme
 
 Usage (GPU machine): python tools/bench_finetune.py [--shapes 650m,150m --sequences 2000 --steps 30 --batch 16
     --modes full,lora --frozen --out DIR --skip-hf]
-CPU smoke: uv run python tools/bench_finetune.py --shapes demo --sequences 48 --steps 4 --batch 8 --frozen
+CPU smoke: uv run python tools/bench_finetune.py --shapes demo --sequences 24 --steps 2 --batch 8 --modes lora --frozen
+Figures: docs/benchmarks.md#fine-tuning.
 """
 
 import argparse

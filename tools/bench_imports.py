@@ -2,7 +2,10 @@
 
 Usage: ``uv run python tools/bench_imports.py [--repeats 3]``. Each figure is the median over fresh processes
 of ``python -c "import bionemo.X"``; ``import torch`` alone is measured in the same run as the reference.
-Target (DEVELOPERS.md): ``import bionemo.losses`` <= 3 s with no nemo, lightning or megatron module loaded.
+Target: ``import bionemo.losses`` <= 3 s with no nemo, lightning or megatron module loaded. Figures:
+docs/benchmarks.md#package-imports.
+
+CPU smoke: ``uv run python tools/bench_imports.py --repeats 1``
 """
 
 import argparse

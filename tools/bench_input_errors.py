@@ -1,7 +1,10 @@
 """How fast `bionemo run train` / `predict` / `finetune` refuse bad input, against `python -c "import torch"`.
 
 Usage: uv run python tools/bench_input_errors.py [--repeat 3]
-Target (project issue 11): every bad input answers with exit code 2 within 3 s of wall time, so the checks must run
+CPU smoke: uv run python tools/bench_input_errors.py --repeat 1
+Figures: docs/benchmarks.md#bad-input-answers.
+
+Target: every bad input answers with exit code 2 within 3 s of wall time, so the checks must run
 before torch, lightning, nemo or megatron are imported. Each case runs in a fresh process
 (`python -m bionemo.cli ...`) in a scratch folder; the table gives the median wall time, the exit code and whether
 the expected message was printed. Exits 1 if a case gave another exit code or message. The fine-tuning cases start

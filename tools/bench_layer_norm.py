@@ -4,13 +4,10 @@ Times the kernels with torch.profiler (GPU time summed over the kernels of each 
 count) on ``--rows`` rows (default 16,416: a micro-batch of 16 x 1026 of the GPU recipe) of each ``--widths``, in
 bf16, and prints torch's figure, ours and their ratio; ``--per-sm`` tries the backward with that many programs per
 multiprocessor (``bionemo.lightning._layer_norm_triton.BACKWARD_PROGRAMS_PER_SM``; ``width``: the default choice by
-width, 16 up to width 640 and 4 above, from the figures below).
-
-Measured on one H200 (2026-12-01, this script): forward without gradient, width 640: torch 33.4 us, ours 17.1 us;
-1280: 46.4 / 36.0 us. Forward + backward, width 1280: torch 162.3 us, ours 114.7 us (4 per SM), 117.0 (16), 163.7
-(64); width 640: torch 131.9 us, ours 81.9 / 67.7 / 91.3 us.
+width, 16 up to width 640 and 4 above). Figures: docs/benchmarks.md#layernorm-kernels.
 
 Usage (GPU machine): python tools/bench_layer_norm.py [--rows 16416] [--widths 640,1280] [--per-sm width,4,16,64]
+GPU smoke (CUDA and Triton only, no CPU run): python tools/bench_layer_norm.py --rows 1024 --widths 64
 """
 
 import argparse

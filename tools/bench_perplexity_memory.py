@@ -8,8 +8,10 @@ turns one validation step's micro-batch outputs into a perplexity:
 * ``pad+clone`` (bionemo-llm's callback): pads and concatenates the micro-batches' logits, clones them and
   recomputes the per-token cross-entropy.
 
-Target (DEVELOPERS.md): under 5% of the logits' memory.
+Target: under 5% of the logits' memory. Figures: docs/benchmarks.md#perplexity-logging-memory.
+
 Usage: uv run python tools/bench_perplexity_memory.py [--seq 512 --batch 8 --vocab 32000 --micro-batches 4]
+CPU smoke: uv run python tools/bench_perplexity_memory.py --seq 16 --batch 2 --vocab 64 --micro-batches 2
 """
 
 import argparse

@@ -24,6 +24,7 @@ Usage (GPU machine): python tools/bench_predict.py [--shapes 150m,650m --sequenc
     --warm-up --hf-no-input-order]
 CPU smoke: uv run python tools/bench_predict.py --shapes demo --sequences 40 --hf-batch-sizes 8
     --hf-token-budgets 4096 --tokens-per-batch 4096
+Exits 1 if a ``run predict`` failed. Figures: docs/benchmarks.md#prediction-throughput-against-transformers.
 """
 
 import argparse
@@ -308,6 +309,14 @@ def main() -> None:
         report = {"sequences": len(sequences), "tokens": tokens, "hf_device": device, "shapes": results}
         (args.out / "bench_predict.json").write_text(json.dumps(report, indent=1, default=str))
     print(f"\nfigures: {args.out / 'bench_predict.json'}")
+    failed = [
+        f"{key}, {n} device(s)"
+        for key, r in results.items()
+        for n, run in r["ours"].items()
+        if run["tokens_per_s"] is None
+    ]
+    if failed:
+        raise SystemExit(f"bionemo run predict failed: {'; '.join(failed)} (logs under {args.out})")
 
 
 if __name__ == "__main__":

@@ -9,7 +9,8 @@ output grows with the input; the memory should not. Target: the largest peak wit
 
 Usage: uv run python tools/bench_predict_memory.py [--sizes 20000,200000 --min-length 30 --max-length 60
     --tokens-per-batch 16384 --seed 0 --out DIR]
-Smoke: uv run python tools/bench_predict_memory.py --sizes 200,2000
+CPU smoke: uv run python tools/bench_predict_memory.py --sizes 20,200 --tokens-per-batch 2048
+Exits 1 if a run failed. Figures: docs/benchmarks.md#prediction-host-memory.
 """
 
 import argparse
@@ -141,6 +142,8 @@ def main() -> None:
         grew = large["output_mb"] / small["output_mb"]
         print(f"peak tree memory, largest / smallest input: {ratio:.2f}x (target <= 1.2x); output grew {grew:.1f}x")
     (args.out / "bench_predict_memory.json").write_text(json.dumps(results, indent=1))
+    if len(ok) < len(results):
+        raise SystemExit(f"bionemo run predict failed for {len(results) - len(ok)} of {len(results)} sizes")
 
 
 if __name__ == "__main__":

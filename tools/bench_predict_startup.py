@@ -1,6 +1,6 @@
 """Where the wall time of one short ``bionemo run predict`` goes: start-up phases, imports, exit.
 
-Target (issue 10): 32 sequences on 1 GPU in <= 15 s from command to exit. Builds a random Hugging Face ESM-2
+Target: 32 sequences on 1 GPU in <= 15 s from command to exit. Builds a random Hugging Face ESM-2
 folder of ``--shape`` (tools/bench_predict.py ``save_random_hf``, seeded, nothing downloaded) and a FASTA of
 ``--sequences`` random proteins (``random_proteins``), then
 
@@ -12,7 +12,9 @@ folder of ``--shape`` (tools/bench_predict.py ``save_random_hf``, seeded, nothin
 
 Usage: python tools/bench_predict_startup.py [--shape 150m] [--sequences 32] [--repeat 2] [--dir DIR]
     [--top 15] [-- extra predict flags, e.g. --accelerator cpu]
-Figures only; a profiled run is slower than a plain one (the table also prints both totals).
+CPU smoke: uv run python tools/bench_predict_startup.py --shape demo --sequences 4 --repeat 1 -- --accelerator cpu
+Figures only; a profiled run is slower than a plain one (the table also prints both totals). Figures:
+docs/benchmarks.md#prediction-start-up.
 """
 
 import argparse

@@ -7,7 +7,9 @@ Builds the model of ``--checkpoint`` (default: the bundled demo weights), one le
 the copies per second and whether every budget gave the same sums.
 
 Usage: uv run python tools/bench_pseudo_perplexity.py [--length 300 --sequences 16 --budget 0 4096 16384 65536]
-[--device cuda --dtype bfloat16 --shape 150m | --checkpoint HF_DIR_OR_FILE] [--unpadded]
+[--device cuda --dtype bfloat16 --shape 150m | --checkpoint HF_DIR_OR_FILE] [--unpadded] [--rounds 3]
+CPU smoke: uv run python tools/bench_pseudo_perplexity.py --sequences 2 --length 20 --budget 0 512 --rounds 1
+Figures: docs/benchmarks.md#pseudo-perplexity-token-budget.
 """
 
 import argparse

@@ -6,7 +6,8 @@ and times whole training iterations (one optimizer step over ``--nmb`` micro-bat
 reference measured in the same run is the same model with megatron-core's local ``DotProductAttention``
 instead of the recipe's SDPA (flash) attention. Model FLOPs count the matmuls only (the usual MFU
 convention): per token and layer 8h^2 + 4h*ffn + 4*s*h forward, plus 2*h*vocab for the output layer,
-times 3 for forward and backward. Target (DEVELOPERS.md): 50% of the GPU's bf16 dense peak at the 650M shape.
+times 3 for forward and backward. Target: 50% of the GPU's bf16 dense peak at the 650M shape. Figures:
+docs/benchmarks.md#training-throughput-as-a-share-of-peak.
 
 Usage (GPU machine): python tools/bench_recipe_throughput.py [--mbs 32 --nmb 8 --steps 25]
     [--model hidden_size=1024 --model num_attention_heads=16 ...] [--peak-tflops 989] [--num-workers 2]
@@ -14,6 +15,9 @@ Usage (GPU machine): python tools/bench_recipe_throughput.py [--mbs 32 --nmb 8 -
     much of that window the GPU was busy, its idle gaps by size and by the kernels around them (the profiled steps
     are not timed apart; use --steps 15 or more so the median is not one of them) [--sync-debug]:
     where the host waits for the GPU in steps 6-7 (each synchronizing call with its callers)
+GPU smoke (CUDA only, no CPU run): python tools/bench_recipe_throughput.py --mbs 2 --nmb 2 --steps 8 --modes sdpa
+    --model num_layers=2 --model hidden_size=64 --model num_attention_heads=4 --model ffn_hidden_size=128
+Exits 1 if a mode failed.
 """
 
 import argparse
@@ -293,6 +297,9 @@ def main() -> None:
     if {"sdpa", "local"} <= results.keys():
         speedup = results["local"]["median_step_s"] / results["sdpa"]["median_step_s"]
         print(f"sdpa speed-up over local attention: {speedup:.2f}x")
+    failed = [mode for mode in args.modes.split(",") if mode not in results]
+    if failed:
+        raise SystemExit(f"failed modes: {', '.join(failed)}")
 
 
 if __name__ == "__main__":

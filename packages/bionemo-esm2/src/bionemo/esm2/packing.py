@@ -16,7 +16,7 @@ def unpad(
 
     ``host_lengths`` (tokens per row, on the host) gives the sizes without waiting for the device; the per-token
     tensors are computed on ``tokens``' device (on the host they cost milliseconds per 65k tokens: measured
-    1.5-4 ms per operation on an H200 machine, tools/profile_predict_loop.py). ``index`` holds each token's
+    1.5-4 ms per operation on an H200 machine, docs/benchmarks.md#prediction-loop). ``index`` holds each token's
     position in the flattened ``[b * s]`` batch, for :func:`repad`.
     """
     lengths = torch.as_tensor(host_lengths, dtype=torch.int64).cpu()

@@ -17,7 +17,7 @@ __all__ = ["predict"]
 PREDICT_WORKERS = 4
 """DataLoader worker processes that tokenize and collate batches on GPU machines: about 0.2-0.35 ms of host time
 per sequence, so a 65,536-token batch of ~240 proteins takes 50-85 ms of one core, as long as an H200 takes to
-embed it at 150M; two workers left the loop waiting 12 ms per batch (tools/profile_predict_loop.py)."""
+embed it at 150M; two workers left the loop waiting 12 ms per batch (docs/benchmarks.md#prediction-loop)."""
 
 
 def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> SummaryRows:
@@ -158,7 +158,7 @@ def _unpadded(settings: RunSettings) -> bool:
     """Whether to predict on unpadded batches: ``--unpadded`` (checked), ``--padded``, or where it can run.
 
     It can run on CUDA GPUs in bf16 / fp16 with a torch that has variable-length attention, one model replica
-    per GPU (data parallelism only). Measured on one H200 (tools/profile_predict_loop.py, 150M shape, 65,536-token
+    per GPU (data parallelism only). Measured on one H200 (docs/benchmarks.md#prediction-loop, 150M shape, 65,536-token
     batches): 69 ms of kernels per batch against 123 ms padded. torch is imported only on that path.
 
     Raises:

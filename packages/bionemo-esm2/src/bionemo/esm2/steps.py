@@ -153,7 +153,7 @@ def _residue_mask(real: torch.Tensor) -> torch.Tensor:
     """``[b, s]`` True at residues: real tokens but ``<cls>`` (position 0) and ``<eos>`` (each row's last).
 
     Comparisons only: an indexed assignment of a Python scalar waits for the device (one sync per batch, the
-    loop's only one: tools/profile_predict_loop.py --sync-debug).
+    loop's only one: docs/benchmarks.md#prediction-loop --sync-debug).
     """
     positions = torch.arange(real.shape[1], device=real.device)
     eos = real.sum(dim=1, keepdim=True) - 1

@@ -102,10 +102,9 @@ BACKWARD_PROGRAMS_PER_SM: int | None = None
 setting for every width (``tools/bench_layer_norm.py --per-sm``)."""
 
 NARROW_WIDTH = 640
-"""Widths up to this run the backward with 16 programs per multiprocessor, wider ones with 4. Measured on one H200
-(``tools/bench_layer_norm.py``, 16,416 rows, bf16, GPU time of forward + backward, 2026-12-01): width 640: 4 per
-SM 81.9 us, 16 per SM 67.7 us, 64 per SM 91.3 us (the partial sums' reduction grows); width 1280: 114.7, 117.0
-and 163.7 us; torch's kernels 131.9 and 162.3 us."""
+"""Widths up to this run the backward with 16 programs per multiprocessor, wider ones with 4: the faster of the two
+at ESM-2's widths 640 and 1280 on an H200, since more programs share out narrow rows better but leave more partial
+sums to reduce (docs/benchmarks.md#layernorm-kernels)."""
 
 
 def backward_programs_per_sm(width: int) -> int:

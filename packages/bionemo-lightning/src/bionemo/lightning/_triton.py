@@ -2,8 +2,8 @@
 
 The GPU kernels of this package use Triton when it is there (it is optional). ``triton.cdiv`` and
 ``triton.next_power_of_2`` are Triton ``constexpr_function`` objects (triton 3.9): usable in kernels, but each host
-call first unwraps its arguments: 3.0-3.7 us per call on the CPU machine against 0.1 us for the plain arithmetic here.
-A LayerNorm forward + backward made four such calls and a RoPE call two.
+call first unwraps its arguments, which costs many times the plain integer arithmetic here, on every kernel launch
+(docs/benchmarks.md#host-time-per-kernel-call).
 """
 
 import functools

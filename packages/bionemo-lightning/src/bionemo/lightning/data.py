@@ -50,9 +50,8 @@ class MegatronDataModule(pl.LightningDataModule):
         seed: Seed of the training order when ``shuffle_train`` (Lightning's strategies).
         log_sampler_metrics: Let NeMo's data sampler log ``consumed_samples`` and ``global_batch_size`` after
             every training step under MegatronStrategy, as NeMo does by default. Off here: each is a tensor
-            copied to the GPU and a Lightning metric update on every step's critical path (see
-            ``tools/bench_module_overhead.py --sampler-log``), and both follow from the step count
-            (``consumed_samples = global_step * global_batch_size``).
+            copied to the GPU and a Lightning metric update on every step's critical path, and both follow from
+            the step count (``consumed_samples = global_step * global_batch_size``).
     """
 
     def __init__(

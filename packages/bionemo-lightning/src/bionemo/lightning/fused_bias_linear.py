@@ -2,9 +2,9 @@
 
 Without Transformer Engine, megatron-core 0.15.3's ``ColumnParallelLinear`` / ``RowParallelLinear`` multiply
 (``torch.matmul``) and add the bias as a separate broadcasting kernel, either at once or later in the layer's
-bias-dropout-add (``skip_bias_add``). Four such adds per transformer layer were 28% of the GPU time of an ESM-2
-150M prediction batch and 26% at 650M on an H200 (``tools/profile_predict.py``, 64k tokens; 231 and 487 us per
-add). ``torch.nn.functional.linear`` with the bias runs the add as the GEMM's epilogue.
+bias-dropout-add (``skip_bias_add``): four such adds per transformer layer, the largest share of an ESM-2
+prediction batch's GPU time after the GEMMs on an H200 (docs/benchmarks.md#one-prediction-batch).
+``torch.nn.functional.linear`` with the bias runs the add as the GEMM's epilogue.
 
 :class:`FusedBiasColumnParallelLinear` and :class:`FusedBiasRowParallelLinear` take that path when the layer
 needs no tensor-parallel communication (one tensor-parallel rank, no sequence parallelism, no gradient
@@ -16,9 +16,10 @@ the parameter's fp32 ``main_grad`` (one GEMM with fp32 accumulation, ``torch.add
 instead of writing a bf16 ``weight.grad`` that megatron's DDP hook then adds into ``main_grad`` with a separate
 kernel: megatron's own ``gradient_accumulation_fusion`` contract (``grad_added_to_main_grad``, a dummy weight
 gradient for autograd), which needs Apex or Transformer Engine. Without DDP (prediction, Lightning's strategies), on
-CPUs, or on a torch without that GEMM, gradients flow through autograd into ``weight.grad`` as usual. Measured on one
-H200 (``tools/bench_recipe_throughput.py``, the 650M shape, 2026-12-01): 716.0 / 717.5 -> 701.9 / 706.1 ms per
-step (two pairs of runs). Switch: ``BIONEMO_WGRAD_INTO_MAIN_GRAD=0`` when the model is built.
+CPUs, or on a torch without that GEMM, gradients flow through autograd into ``weight.grad`` as usual. It saves a
+kernel and a bf16 gradient per weight on every backward, which makes the GPU recipe's step faster
+(docs/benchmarks.md#training-throughput-as-a-share-of-peak). Switch: ``BIONEMO_WGRAD_INTO_MAIN_GRAD=0`` when the
+model is built.
 """
 
 import functools

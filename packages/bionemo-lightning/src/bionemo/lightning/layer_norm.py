@@ -1,8 +1,8 @@
 """LayerNorm on GPUs in Triton: one pass per row forward, a fused backward for training.
 
-Without Apex, megatron-core's local layer spec builds ``torch.nn.LayerNorm`` (``WrappedTorchNorm``). On an H200 its
-kernel moved 1.3 TB/s on a 65,536 x 640 bf16 batch (128 us per call, 61 calls per ESM-2 150M forward: 11% of the
-kernel time of a prediction batch, tools/profile_predict_loop.py), a quarter of the memory bandwidth.
+Without Apex, megatron-core's local layer spec builds ``torch.nn.LayerNorm`` (``WrappedTorchNorm``), whose kernel
+uses a fraction of an H200's memory bandwidth on ESM-2's batches, two calls per layer
+(docs/benchmarks.md#prediction-loop).
 :class:`TritonLayerNorm` is a ``torch.nn.LayerNorm`` (same parameters, same state dict) whose forward runs one
 Triton kernel on a contiguous CUDA tensor: when nothing needs a gradient (prediction, validation) that is all; in
 training it also keeps each row's mean and reciprocal standard deviation, and the backward is one Triton kernel for
@@ -10,12 +10,8 @@ the input gradient and the per-program partial sums of the parameters' gradients
 (:class:`bionemo.lightning._layer_norm_triton.TrainingLayerNorm`). Anything else (CPU, a non-contiguous input)
 runs torch's kernels.
 
-Measured on one H200 (``tools/profile_predict_loop.py --shape 650m -- --tokens-per-batch 65536``, 2026-12-01):
-324,354 -> 330,250 tokens/s over the whole loop, kernels 190.7 -> 188.4 ms per batch (torch's LayerNorm was 6.9%
-of the kernel time at 650M). Training, GPU time of one forward + backward of 16,416 rows (a micro-batch of 16 x 1026)
-in bf16: width 1280 161 -> 113 us, width 640 130 -> 79 us (torch.profiler, tools/bench_layer_norm.py); the 650M
-shape's training step (``tools/bench_recipe_throughput.py``, 264 calls per step) 713.3 -> 704.5 ms, runs one after
-the other.
+Both kernels take less GPU time than torch's at ESM-2's widths, in prediction and in training
+(``tools/bench_layer_norm.py``; docs/benchmarks.md#layernorm-kernels).
 
 Switch: ``BIONEMO_TRITON_LAYERNORM=0`` when the model is built keeps torch's kernel everywhere.
 """

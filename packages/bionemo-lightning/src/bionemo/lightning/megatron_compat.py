@@ -6,7 +6,7 @@ none. Off MegatronStrategy it does nothing. Under MegatronStrategy it applies th
 (on others it warns once, :class:`~bionemo.lightning.workarounds.UnverifiedUpstreamWarning`, and leaves it out),
 and puts back every original at teardown (also after an exception), so that after the run no megatron-core,
 NeMo or Lightning attribute is left patched. NeMo is imported only when a work-around needs it. Each
-work-around's module says what it fixes and what was measured:
+work-around's module says what it fixes and why:
 
 ==================================== ========= ==================================================================
 name                                 stages    what it works around
@@ -19,7 +19,7 @@ name                                 stages    what it works around
 ``modelopt_stand_ins``               all       NeMo's checkpoint save / load import ``nemo.collections.llm``
 ``distributed_optimizer_step``       fit       megatron's distributed optimizer cannot resume torch Adam state
 ``multi_tensor_foreach``             fit       speed-up: megatron's grad norm fallback waits on the GPU per tensor
-``fast_metric_to``                   all       speed-up: each ``self.log`` walks the stored metric (172 -> 34 us)
+``fast_metric_to``                   all       speed-up: each ``self.log`` walks the stored metric
 ``cached_signatures``                all       speed-up: NeMo and ``LightningModule.log`` inspect signatures per call
 ``fused_adam``                       fit       speed-up: megatron's torch Adam fallback runs multi-tensor kernels
 ==================================== ========= ==================================================================
@@ -29,8 +29,8 @@ Switches: every work-around, the speed-ups included, is on by default and can be
 one), or with the environment variable ``BIONEMO_SKIP_WORKAROUNDS=fast_metric_to,multi_tensor_foreach`` for the
 callback the module adds. Leaving out a fix brings back the upstream failure it describes.
 
-The ``install_*`` functions are the earlier process-wide entry points, kept for scripts and benchmarks
-(``tools/bench_*.py``): they apply a work-around for the rest of the process, with no undo.
+The ``install_*`` functions are the earlier process-wide entry points: they apply a work-around for the rest of
+the process, with no undo.
 """
 
 import os

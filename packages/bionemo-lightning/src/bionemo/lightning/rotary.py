@@ -3,8 +3,8 @@
 Without Transformer Engine, megatron-core 0.15.3 applies RoPE (``rope_utils._apply_rotary_pos_emb_bshd``) to
 the query and the key in about six elementwise passes each (cos and sin of the angles, two multiplies, a
 negation and a concatenation for the half rotation, an add, a final concatenation), reading the strided
-slices of the fused QKV projection. On an H200 that was 35-40% of the GPU time of an ESM-2 150M prediction
-batch (``tools/profile_predict.py``: 64k tokens, 132 ms per batch, of which about 50 ms in RoPE kernels).
+slices of the fused QKV projection: on an H200 a large share of an ESM-2 prediction batch's GPU time
+(docs/benchmarks.md#one-prediction-batch).
 
 :class:`RotarySelfAttention` (used by :func:`bionemo.lightning.sdpa_layer_spec`) applies the same rotation
 right after the QKV projection with :func:`apply_rotary`: on CUDA one Triton kernel per tensor (reads the

@@ -38,9 +38,9 @@ last key when there are more keys than queries; the others to the first)."""
 
 MASKED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
 """SDPA kernels for masked (padded) batches on CUDA: not cuDNN's. torch 2.11 picks cuDNN attention for masked
-bf16 inputs on an H200 and plans it anew for every new shape, as length-sorted prediction batches all are:
-measured (tools/profile_predict_loop.py, ESM-2 150M, 65,536-token batches) 2.5 ms of host time and 1.7 ms of
-GPU time per layer call, half of all GPU time, where the memory-efficient kernel takes a fraction of that."""
+bf16 inputs on an H200 and plans it anew for every new shape, as length-sorted prediction batches all are: the
+planning takes longer per layer call than the memory-efficient kernel takes to run
+(docs/benchmarks.md#prediction-loop)."""
 
 
 def _on_cuda(tensor: torch.Tensor) -> bool:

@@ -6,11 +6,8 @@ NeMo 2.7.3 reads a function's signature every time it calls one: ``CallbackConne
 step in the profiled GPU run), and ``MegatronParallel._setup_module`` runs ``inspect.getfullargspec`` on the loss
 reduction's ``setup`` for every micro-batch. Lightning 2.4.0's ``LightningModule.log`` does the same to the module's
 ``training_step`` on every call while training (``is_param_in_hook_signature``, 7 calls per step of that run: NeMo's
-data sampler and strategy log through it). Under cProfile on one H200 (``tools/bench_module_overhead.py
---profile``, 4 layers x 512, micro-batches of 8 x 256) these were the largest host cost the module adds over a raw
-megatron-core loop: about 1.8 ms per step in ``inspect``. ``tools/bench_callback_events.py`` dispatches one step's
-events to those callbacks: 358-627 us per step as NeMo ships, 50-89 us with this work-around (2-core CPU machine,
-4 runs).
+data sampler and strategy log through it). These were the largest host cost the module adds over a raw
+megatron-core loop (figures: docs/benchmarks.md#module-against-a-raw-megatron-core-loop and #nemos-callback-events).
 
 :func:`install` replaces the three readers with copies that inspect each function (the function behind a bound method,
 so every instance of a class shares it) once while it exists, then pass arguments exactly as NeMo does. Callables

@@ -7,9 +7,8 @@ per parameter tensor on every step (53 waits per step for a 4-layer GPT); its sc
 :func:`install` swaps both for torch's ``_foreach`` kernels (:func:`foreach_l2_norm`, :func:`foreach_scale`),
 which compute the same values with one wait-free launch per tensor group. Only the fallbacks are replaced: where
 megatron found Apex's or TransformerEngine's fused kernels, those stay. Applied for ``fit`` only; restored at
-teardown. ``tools/bench_module_overhead.py`` runs its raw megatron loop with it too, so the module-vs-raw
-ratio there (1.063x at micro-batches of 16 x 1024 on one H200) compares like with like; the gain of this switch
-alone on a GPU step is not measured yet. Off: ``MegatronCompatCallback(skip=["multi_tensor_foreach"])``.
+teardown. The gain of this switch alone on a GPU step is not measured yet (the module-vs-raw-loop figures of
+docs/benchmarks.md ran both loops with it). Off: ``MegatronCompatCallback(skip=["multi_tensor_foreach"])``.
 """
 
 import types
