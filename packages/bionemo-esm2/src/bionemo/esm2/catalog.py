@@ -1,8 +1,20 @@
 """The ESM-2 family's shapes and the recipe names that train them; standard library only (cheap to import)."""
 
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["ESM2_SHAPES", "RECIPE_TARGETS", "ModelShape"]
+__all__ = ["ESM2_SHAPES", "ESM_DEFAULTS", "RECIPE_TARGETS", "ModelShape"]
+
+ESM_DEFAULTS: dict[str, Any] = {
+    "seq_length": 1026,
+    "layernorm_epsilon": 1e-5,
+    "token_dropout": True,
+    "hidden_dropout": 0.0,
+    "attention_dropout": 0.0,
+    "vocab_size": 33,
+}
+"""ESM-2's settings that a Hugging Face config also holds: ``ESM2Config``'s defaults for them (it reads them here)
+and what a bionemo file that omits one (older files) means."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -24,6 +24,7 @@ from bionemo.core.safetensors_header import (
     SafetensorsHeaderError,
     read_safetensors_header,
 )
+from bionemo.esm2.catalog import ESM_DEFAULTS
 from bionemo.esm2.finetune.hf_heads import HF_HEAD_PREFIX, check_hf_head_layout, read_hf_finetune_spec
 from bionemo.esm2.finetune.layout import check_finetuned_layout, read_finetune_spec
 from bionemo.esm2.finetune.spec import FinetuneSpec
@@ -40,16 +41,6 @@ from bionemo.esm2.hf_layout import (
 )
 
 __all__ = ["ESM_DEFAULTS", "CheckpointHeader", "read_checkpoint_header", "refuse_training_checkpoint"]
-
-ESM_DEFAULTS = {
-    "seq_length": 1026,
-    "layernorm_epsilon": 1e-5,
-    "token_dropout": True,
-    "hidden_dropout": 0.0,
-    "attention_dropout": 0.0,
-    "vocab_size": 33,
-}
-"""``ESM2Config``'s defaults for the settings a Hugging Face config also holds (older bionemo files omit them)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -37,6 +37,7 @@ from megatron.core.transformer.transformer_block import TransformerBlock  # noqa
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
 from bionemo.core import BionemoTrainableModelConfig  # noqa: E402
+from bionemo.esm2.catalog import ESM_DEFAULTS  # noqa: E402
 from bionemo.esm2.hf import padded_vocab_size  # noqa: E402
 from bionemo.lightning import UnpaddedSequences, sdpa_layer_spec  # noqa: E402
 from bionemo.lightning.context_parallel import (  # noqa: E402
@@ -75,18 +76,18 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig["ESM2Model", Mas
     Defaults are ESM-2 8M's shape; ``bionemo.esm2.catalog.ESM2_SHAPES`` has the whole family.
     """
 
-    vocab_size: int = 33
+    vocab_size: int = ESM_DEFAULTS["vocab_size"]
     """Token ids (ESM-2's 33-token vocabulary); padded inside the model, never in its outputs."""
-    seq_length: int = 1026
+    seq_length: int = ESM_DEFAULTS["seq_length"]
     """Most tokens per sequence, ``<cls>`` and ``<eos>`` included (Hugging Face's ``max_position_embeddings``)."""
     num_layers: int = 6
     hidden_size: int = 320
     num_attention_heads: int = 20
     ffn_hidden_size: int | None = 1280
-    layernorm_epsilon: float = 1e-5
-    hidden_dropout: float = 0.0
-    attention_dropout: float = 0.0
-    token_dropout: bool = True
+    layernorm_epsilon: float = ESM_DEFAULTS["layernorm_epsilon"]
+    hidden_dropout: float = ESM_DEFAULTS["hidden_dropout"]
+    attention_dropout: float = ESM_DEFAULTS["attention_dropout"]
+    token_dropout: bool = ESM_DEFAULTS["token_dropout"]
     """ESM-2's token dropout: zero ``<mask>`` embeddings and rescale by the observed mask ratio."""
     mask_token_id: int = 32
     """Id of ``<mask>`` (token dropout looks for it)."""
