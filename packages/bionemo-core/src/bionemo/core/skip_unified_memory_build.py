@@ -4,9 +4,8 @@ Upstream behaviour (megatron-core 0.15.3, ``megatron/core/inference/unified_memo
 ``megatron.core`` itself through ``inference_params`` -> ``inference.contexts``): at import it compiles a small
 C++/CUDA allocator with ``torch.utils.cpp_extension.load_inline`` ("Build the .so upon import") for dynamic
 inference's unified-memory pool, catching ``RuntimeError``/``ImportError``/``OSError`` and warning "Failed to
-create unified memory mempool." when that fails. Measured on an H200 machine (CUDA 13, nvcc present): the build
-ran and failed on every import, 15-30 s each time (29.9 s, then 18.4 s); ``bionemo run predict`` of 32 sequences
-took 29-36 s from command to exit with it and 12.5 s without it (tools/bench_predict_startup.py).
+create unified memory mempool." when that fails. On a GPU machine with nvcc the build runs and fails on every
+import, tens of seconds each time (docs/benchmarks.md#prediction-start-up).
 
 The work-around: when ``unified_memory`` is imported, its ``load_inline`` raises ``ImportError`` (megatron's own
 fallback: ``has_unified_memory = False``) and megatron's warning about it is not shown; torch's ``load_inline`` is

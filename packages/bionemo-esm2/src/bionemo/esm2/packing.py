@@ -15,9 +15,9 @@ def unpad(
     """Concatenate the real tokens of right-padded ``tokens [b, s]``: ``(ids [1, T], sequences, index [T])``.
 
     ``host_lengths`` (tokens per row, on the host) gives the sizes without waiting for the device; the per-token
-    tensors are computed on ``tokens``' device (on the host they cost milliseconds per 65k tokens: measured
-    1.5-4 ms per operation on an H200 machine, docs/benchmarks.md#prediction-loop). ``index`` holds each token's
-    position in the flattened ``[b * s]`` batch, for :func:`repad`.
+    tensors are computed on ``tokens``' device (on the host they cost milliseconds per batch:
+    docs/benchmarks.md#prediction-loop). ``index`` holds each token's position in the flattened ``[b * s]`` batch,
+    for :func:`repad`.
     """
     lengths = torch.as_tensor(host_lengths, dtype=torch.int64).cpu()
     device = tokens.device

@@ -15,9 +15,8 @@ from bionemo.recipes.settings import Include, Precision, RunSettings, SettingsEr
 __all__ = ["predict"]
 
 PREDICT_WORKERS = 4
-"""DataLoader worker processes that tokenize and collate batches on GPU machines: about 0.2-0.35 ms of host time
-per sequence, so a 65,536-token batch of ~240 proteins takes 50-85 ms of one core, as long as an H200 takes to
-embed it at 150M; two workers left the loop waiting 12 ms per batch (docs/benchmarks.md#prediction-loop)."""
+"""DataLoader worker processes that tokenize and collate batches on GPU machines: enough that a batch is ready
+when the GPU has embedded the previous one (docs/benchmarks.md#prediction-loop)."""
 
 
 def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> SummaryRows:
@@ -158,8 +157,8 @@ def _unpadded(settings: RunSettings) -> bool:
     """Whether to predict on unpadded batches: ``--unpadded`` (checked), ``--padded``, or where it can run.
 
     It can run on CUDA GPUs in bf16 / fp16 with a torch that has variable-length attention, one model replica
-    per GPU (data parallelism only). Measured on one H200 (docs/benchmarks.md#prediction-loop, 150M shape, 65,536-token
-    batches): 69 ms of kernels per batch against 123 ms padded. torch is imported only on that path.
+    per GPU (data parallelism only); it does about half the kernel work of padded batches
+    (docs/benchmarks.md#prediction-loop). torch is imported only on that path.
 
     Raises:
         SettingsError: ``--unpadded`` where it cannot run.
@@ -297,8 +296,8 @@ def _run_prediction(
     if Include.PSEUDO_PERPLEXITY in settings.include:
         pseudo_tokens, timer = _pseudo_perplexity_plan(settings, records, plan, gpu=accelerator(settings) == "gpu")
         callbacks.append(timer)
-    # No GPU_FUSIONS here: measured on an H200 (tools/bench_predict.py, 150M shape), RoPE compiled for the
-    # varying shapes of length-sorted batches cost more (297k tokens/s, start-up +12 s) than it saved (324k).
+    # No compiled RoPE here: for the varying shapes of length-sorted batches it cost more than it saved
+    # (docs/benchmarks.md#prediction-throughput-against-transformers).
     spec = getattr(checkpoint, "finetune", None)
     if spec is None:
         config = model_config(checkpoint.model, settings, training=False)

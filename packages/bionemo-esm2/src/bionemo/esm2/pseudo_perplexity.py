@@ -28,8 +28,7 @@ __all__ = [
     "tokens_per_forward",
 ]
 
-# Measured with tools/bench_pseudo_perplexity.py (the demo model, 2 CPU cores): 4,096 tokens per pass was the
-# fastest of 1,024-65,536 for 16 sequences of ~50 residues and for 4 of ~300; 65,536 was 5x slower than 4,096.
+# The fastest budget measured on CPUs (docs/benchmarks.md#pseudo-perplexity-token-budget).
 CPU_TOKENS_PER_FORWARD = 4_096
 """Token budget of one forward pass of masked copies on CPUs when ``--tokens-per-batch`` is not given: a CPU forward
 is compute-bound past a few thousand tokens, and larger passes only spill out of the caches."""

@@ -87,11 +87,11 @@ def _model(shape: ModelShape, **extra: Unpack[ESM2ModelSettings]) -> ESM2ModelSe
 # No megatron fusion is switched on for GPUs. RoPE is fused on GPUs without a setting, the linear layers add their
 # bias inside the GEMM (so no bias reaches the bias-dropout-add), megatron's fused bias-GELU is the tanh approximation
 # (not ESM-2's GELU), and with ESM-2's hidden_dropout of 0 megatron's compiled bias-dropout-add
-# (bias_dropout_fusion) is the same single add as the eager one plus torch.compile's per-call host cost: on one H200
-# (tools/bench_recipe_throughput.py, 650M shape, 2026-12-01) 698.9 / 705.6 ms per step with it, 687.1 / 676.5 without.
-# With hidden_dropout > 0, bias_dropout_fusion: true fuses the dropout into the add.
+# (bias_dropout_fusion) is the same single add as the eager one plus torch.compile's per-call host cost (measured
+# slower: docs/benchmarks.md#training-throughput-as-a-share-of-peak). With hidden_dropout > 0,
+# bias_dropout_fusion: true fuses the dropout into the add.
 GPU_MODEL = _model(GPU_SHAPE)
-"""``esm2-gpu``'s model settings (kept by name for ``tools/bench_recipe_throughput.py``)."""
+"""``esm2-gpu``'s model settings."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

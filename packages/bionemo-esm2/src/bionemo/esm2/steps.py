@@ -152,8 +152,8 @@ def _masked_perplexity(model: Any, batch: dict[str, torch.Tensor], *, unpadded: 
 def _residue_mask(real: torch.Tensor) -> torch.Tensor:
     """``[b, s]`` True at residues: real tokens but ``<cls>`` (position 0) and ``<eos>`` (each row's last).
 
-    Comparisons only: an indexed assignment of a Python scalar waits for the device (one sync per batch, the
-    loop's only one: docs/benchmarks.md#prediction-loop --sync-debug).
+    Comparisons only: an indexed assignment of a Python scalar waits for the device (it was the prediction loop's
+    only sync per batch: docs/benchmarks.md#prediction-loop).
     """
     positions = torch.arange(real.shape[1], device=real.device)
     eos = real.sum(dim=1, keepdim=True) - 1

@@ -19,9 +19,8 @@ __all__ = ["SHAPE_KEYS", "check_same_shape", "checked_model_settings", "train"]
 TRAIN_WORKERS = 2
 """DataLoader worker processes that tokenize and mask training samples on GPU machines. In the main process the
 first micro-batch of every step is prepared while the GPU waits (a step ends in a wait for the GPU), a larger share
-of a step the smaller the model. At the 650M shape (micro-batches of 16 x 1026, 4 per step) the gain is small:
-696.7-698.4 ms per step with two workers and page-locked batches, 700.4-707.0 ms without
-(tools/bench_recipe_throughput.py, 1 H200, runs alternated in one session)."""
+of a step the smaller the model; with workers the GPU does not wait for it
+(docs/benchmarks.md#training-throughput-as-a-share-of-peak)."""
 
 SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
 """The model settings that make a checkpoint's shape."""

@@ -2,9 +2,9 @@
 
 NeMo logs six to eight scalars per training step through ``LightningModule.log`` (global step, loss, learning
 rate, consumed samples, ...). Lightning 2.4.0's ``_ResultCollection.log`` moves the stored metric to the value's
-device on every call (``_ResultMetric.to``), walking all of its attributes: a ``self.log`` of a scalar took
-172 us on the 2-core CPU machine, 34 us when the walk is skipped for a metric already on that device
-(docs/benchmarks.md#one-selflog-call), which is what :func:`install` does; the first call, or one with a value on
+device on every call (``_ResultMetric.to``), walking all of its attributes, several times the cost of the call
+without it (docs/benchmarks.md#one-selflog-call); :func:`install` skips the walk for a metric already on that
+device; the first call, or one with a value on
 another device, still moves. Logged values are identical. Applied under MegatronStrategy for every stage;
 restored at teardown. Off: ``MegatronCompatCallback(skip=["fast_metric_to"])``.
 """

@@ -10,10 +10,8 @@ optimizer state is loaded (whose param groups carry the settings of the run that
 optimizer only, nothing process-wide. Where megatron found Apex's or TransformerEngine's fused Adam, nothing
 changes.
 
-Measured on one H200 (``tools/bench_recipe_throughput.py``, the 650M shape, 2026-12-01): Adam's GPU time 14.6 -> 5.5
-ms per step (``--profile``), the step 714.3 -> 708.2 ms (same machine, back to back; two earlier pairs on other
-machines fell within the +-20 ms spread between runs). Off: ``MegatronCompatCallback(skip=["fused_adam"])`` or
-``BIONEMO_SKIP_WORKAROUNDS=fused_adam``.
+It cuts Adam's GPU time per step (docs/benchmarks.md#training-throughput-as-a-share-of-peak). Off:
+``MegatronCompatCallback(skip=["fused_adam"])`` or ``BIONEMO_SKIP_WORKAROUNDS=fused_adam``.
 """
 
 from collections.abc import Iterable
