@@ -1,11 +1,11 @@
 """End the ``bionemo`` process without the interpreter's teardown once the command has finished.
 
-After ``run predict`` or ``run train`` the process holds torch, Lightning, NeMo and megatron-core: Python's
-teardown then clears thousands of modules and frees their objects one by one, seconds after every output is on
-disk (docs/benchmarks.md#prediction-start-up). Nothing of the command's is lost by skipping it: every file is
-written and closed inside ``with`` blocks, and what Python does before its teardown is done here in the same
-order: non-daemon threads are joined, every ``atexit`` handler runs, the standard streams are flushed. Then
-``os._exit`` ends the process with the command's exit status. A command that ends in anything but ``SystemExit`` with an int or no code (a
+After ``run predict`` or ``run train`` the process holds torch, Lightning, NeMo and megatron-core: Python's teardown
+then clears thousands of modules and frees their objects one by one, seconds after every output is on disk
+(docs/benchmarks.md#prediction-start-up). Nothing of the command's is lost by skipping it: every file is written and
+closed inside ``with`` blocks, and what Python does before its teardown is done here in the same order: non-daemon
+threads are joined, every ``atexit`` handler runs, the standard streams are flushed. Then ``os._exit`` ends the
+process with the command's exit status. A command that ends in anything but ``SystemExit`` with an int or no code (a
 traceback, Ctrl-C outside the training loop's handler, an exit message) exits the usual way.
 """
 
