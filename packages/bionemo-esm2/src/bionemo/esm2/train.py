@@ -186,34 +186,18 @@ def _data(settings: RunSettings, defaults: RecipeDefaults, train: list, val: lis
 def _trainer(
     settings: RunSettings, out: Path, checkpoints: Path, max_steps: int, interval: int, resume_from: str | None
 ) -> Any:
-    """The trainer with perplexity logging, periodic and Ctrl-C checkpoints, resumable logs and a step bar."""
-    from lightning.pytorch.loggers import TensorBoardLogger
-
+    """The trainer with perplexity logging and what every training run has (:func:`training_trainer`)."""
     from bionemo.callbacks import PerplexityLoggingCallback
-    from bionemo.recipes.checkpoints import checkpoint_callback, interrupt_checkpoint
-    from bionemo.recipes.duration import DurationEstimate
-    from bionemo.recipes.metrics_log import CSVLogPosition, ResumableCSVLogger
-    from bionemo.recipes.progress import StepProgressBar
-    from bionemo.recipes.trainers import build_trainer
+    from bionemo.recipes.training_run import training_trainer
 
-    # a resumed run (or a rerun of a finished one) continues metrics.csv: the curve shows the whole run
-    csv_logger = ResumableCSVLogger(out, name="logs", version="", resume=resume_from is not None)
-    return build_trainer(
+    return training_trainer(
         settings,
-        training=True,
-        callbacks=[
-            PerplexityLoggingCallback(log_train=True, log_val=True),
-            # Ctrl-C / SIGTERM: every rank stops after the same step and saves what a rerun resumes from
-            interrupt_checkpoint(settings, checkpoints),
-            checkpoint_callback(settings, checkpoints, every_n_train_steps=interval),
-            CSVLogPosition(csv_logger),
-            StepProgressBar(leave=True),
-            DurationEstimate(),  # "about N steps/s: max_steps in about ..." once, after the first steps
-        ],
-        logger=[csv_logger, TensorBoardLogger(out, name="logs", version="")],
+        out=out,
+        checkpoints=checkpoints,
         max_steps=max_steps,
-        val_check_interval=interval,
-        default_root_dir=out,
+        interval=interval,
+        resume_from=resume_from,
+        callbacks=[PerplexityLoggingCallback(log_train=True, log_val=True)],
     )
 
 

@@ -172,41 +172,27 @@ def _trainer(
     resume_from: str | None,
     watchers: list[Any],
 ) -> Any:
-    """The trainer: validation metrics, the best weights, early stopping, periodic and Ctrl-C checkpoints, logs."""
+    """The trainer: validation metrics, ``watchers``, early stopping, and what every training run has."""
     from lightning.pytorch.callbacks import EarlyStopping
-    from lightning.pytorch.loggers import TensorBoardLogger
 
     from bionemo.esm2.finetune.validation import ValidationMetrics
-    from bionemo.recipes.checkpoints import checkpoint_callback, interrupt_checkpoint
-    from bionemo.recipes.duration import DurationEstimate
-    from bionemo.recipes.metrics_log import CSVLogPosition, ResumableCSVLogger
-    from bionemo.recipes.progress import StepProgressBar
-    from bionemo.recipes.trainers import build_trainer
+    from bionemo.recipes.training_run import training_trainer
 
-    interval = min(defaults.value(settings, "val_check_interval"), max_steps)
     metric = BEST_METRIC[spec.task]
-    csv_logger = ResumableCSVLogger(out, name="logs", version="", resume=resume_from is not None)
-    callbacks = [
-        ValidationMetrics(spec.task, spec.num_outputs),  # before BestWeights and EarlyStopping: they read its values
-        *watchers,
-        interrupt_checkpoint(settings, checkpoints),
-        checkpoint_callback(settings, checkpoints, every_n_train_steps=interval),
-        CSVLogPosition(csv_logger),
-        StepProgressBar(leave=True),
-        DurationEstimate(),
-    ]
+    # the metrics first: BestWeights and EarlyStopping read their values
+    callbacks = [ValidationMetrics(spec.task, spec.num_outputs), *watchers]
     if settings.patience is not None:
         callbacks.append(
             EarlyStopping(monitor=metric.key, mode=str(metric.mode), patience=settings.patience, check_finite=False)
         )
-    return build_trainer(
+    return training_trainer(
         settings,
-        training=True,
-        callbacks=callbacks,
-        logger=[csv_logger, TensorBoardLogger(out, name="logs", version="")],
+        out=out,
+        checkpoints=checkpoints,
         max_steps=max_steps,
-        val_check_interval=interval,
-        default_root_dir=out,
+        interval=min(defaults.value(settings, "val_check_interval"), max_steps),
+        resume_from=resume_from,
+        callbacks=callbacks,
     )
 
 
