@@ -73,6 +73,9 @@ GBSOpt = Annotated[
 TruncateOpt = Annotated[
     bool, typer.Option("--truncate", help="Cut sequences longer than the model allows (default: refuse them).")
 ]
+NoResumeOpt = Annotated[
+    bool, typer.Option("--no-resume", help="Start afresh (default: continue from the checkpoint in --output-dir).")
+]
 VerboseOpt = Annotated[
     bool, typer.Option("--verbose", help="Also show the libraries' warnings and notes (hidden by default).")
 ]
@@ -119,6 +122,16 @@ UnpaddedOpt = Annotated[
         show_default=False,
     ),
 ]
+
+
+def _training_overrides(options: dict[str, Any]) -> dict[str, Any]:
+    """The settings a training command's options give (``run train``, ``run finetune``).
+
+    Unset flags are None, so that ``--config`` decides them.
+    """
+    overrides = {k: v for k, v in options.items() if k not in ("ctx", "config", "no_resume", "verbose")}
+    overrides.update(truncate=options["truncate"] or None, resume=False if options["no_resume"] else None)
+    return overrides
 
 
 def _run(
@@ -311,17 +324,13 @@ def train(
         int | None, typer.Option("--val-check-interval", min=1, help="Steps between validations.")
     ] = None,
     lr: Annotated[float | None, typer.Option("--lr", min=0.0, help="Learning rate. Default: the recipe's.")] = None,
-    no_resume: Annotated[
-        bool,
-        typer.Option("--no-resume", help="Start afresh (default: continue from the checkpoint in --output-dir)."),
-    ] = False,
+    no_resume: NoResumeOpt = False,
     seed: Annotated[
         int | None, typer.Option("--seed", help="Random seed (data split, masking, init). Default: 0.")
     ] = None,
 ) -> None:
     """Train (or fine-tune) the recipe's model; with no options, trains the demo on synthetic protein families."""
-    overrides = {k: v for k, v in locals().items() if k not in ("ctx", "config", "no_resume", "verbose")}
-    overrides.update(truncate=truncate or None, resume=False if no_resume else None)  # unset flags: config decides
+    overrides = _training_overrides(locals())
     _run("train", config, overrides, verbose, ctx)
 
 
@@ -455,15 +464,11 @@ def finetune(
         float | None,
         typer.Option("--lr", min=0.0, help="Peak learning rate. Default: 1e-4 full, 5e-4 lora, 1e-3 frozen."),
     ] = None,
-    no_resume: Annotated[
-        bool,
-        typer.Option("--no-resume", help="Start afresh (default: continue from the checkpoint in --output-dir)."),
-    ] = False,
+    no_resume: NoResumeOpt = False,
     seed: Annotated[int | None, typer.Option("--seed", help="Random seed (split, order, init). Default: 0.")] = None,
 ) -> None:
     """Fine-tune a pretrained ESM-2 (--checkpoint) on labelled sequences; writes a self-describing model.safetensors."""
-    overrides = {k: v for k, v in locals().items() if k not in ("ctx", "config", "no_resume", "verbose")}
-    overrides.update(truncate=truncate or None, resume=False if no_resume else None)  # unset flags: config decides
+    overrides = _training_overrides(locals())
     for key in ("task", "head", "encoder"):
         if overrides[key] is not None:
             overrides[key] = overrides[key].value
