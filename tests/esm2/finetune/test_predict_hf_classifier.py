@@ -18,18 +18,20 @@ from support.hf_finetuned import hf_logits, random_hf_classifier
 LABELS = {0: "cytoplasm", 1: "membrane", 2: "nucleus"}
 
 
-def _fasta(path, sequences):
-    path.write_text("".join(f">q{i}\n{s}\n" for i, s in enumerate(sequences)))
-    return path
+def _predict(folder, sequences):
+    """``bionemo run predict`` of ``sequences`` (ids q0, q1, ...) with ``folder/hf``; the output folder."""
+    fasta = folder / "q.fasta"
+    fasta.write_text("".join(f">q{i}\n{s}\n" for i, s in enumerate(sequences)))
+    out = folder / "pred"
+    bionemo("run", "predict", "--checkpoint", str(folder / "hf"), "--data", str(fasta), "--output-dir", str(out),
+            "--accelerator", "cpu", cwd=folder)  # fmt: skip
+    return out
 
 
 def test_sequence_classifier_predicts_transformers_probabilities(tmp_path):
     model = random_hf_classifier(tmp_path / "base", tmp_path / "hf", num_labels=3, id2label=LABELS)
     sequences = random_sequences(9, seed=4)
-    out = tmp_path / "pred"
-    fasta = _fasta(tmp_path / "q.fasta", sequences)
-    bionemo("run", "predict", "--checkpoint", str(tmp_path / "hf"), "--data", str(fasta), "--output-dir", str(out),
-            "--accelerator", "cpu", cwd=tmp_path)  # fmt: skip
+    out = _predict(tmp_path, sequences)
     logits, _ = hf_logits(model, sequences)
     expected = logits.float().softmax(dim=-1)
     ids, tensors = read_predictions(out / "predictions.safetensors")
@@ -45,10 +47,7 @@ def test_token_classifier_predicts_transformers_probabilities_per_residue(tmp_pa
     names = {0: "H", 1: "E", 2: "C"}
     model = random_hf_classifier(tmp_path / "base", tmp_path / "hf", token=True, num_labels=3, id2label=names)
     sequences = random_sequences(7, seed=5)
-    out = tmp_path / "pred"
-    fasta = _fasta(tmp_path / "q.fasta", sequences)
-    bionemo("run", "predict", "--checkpoint", str(tmp_path / "hf"), "--data", str(fasta), "--output-dir", str(out),
-            "--accelerator", "cpu", cwd=tmp_path)  # fmt: skip
+    out = _predict(tmp_path, sequences)
     logits, _ = hf_logits(model, sequences)
     _, tensors = read_predictions(out / "predictions.safetensors")
     per_residue = split_residues(tensors, "probabilities")
