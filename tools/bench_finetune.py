@@ -8,17 +8,18 @@ proteins (tools/bench_predict.py's log-normal lengths, median 270, 30-1022 resid
   fine-tuning, and LoRA r=8 / alpha 16 on ``query``, ``key``, ``value``, ``dense`` (peft). Tokenized before timing;
   ``--warm-up`` untimed steps first. Peak memory: ``torch.cuda.max_memory_allocated``.
 * ``bionemo run finetune --checkpoint HF_DIR --head hf --encoder full|lora`` (the CLI defaults otherwise: bf16,
-  batches of 16 grouped by length) as a subprocess: ``summary.json``'s ``train_tokens_per_second`` (steps after
-  the first three, validation excluded) and ``peak_memory_gib``.
-* ``--frozen``: ``--encoder frozen`` over 10 passes: its one-time encoding (``encode_seconds``) and head training
-  against the same encoding repeated every pass (10 x ``encode_seconds`` + the same head training).
+  on GPUs batches cut by tokens, 16,384 per step, unpadded; ``--ours-flags`` adds flags) as a subprocess:
+  ``summary.json``'s ``train_tokens_per_second`` (steps after the first three, validation excluded) and
+  ``peak_memory_gib``.
+* ``--frozen``: ``--encoder frozen`` over its default 10 passes: its one-time encoding (``encode_seconds``) and head
+  training against the same encoding repeated every pass (10 x ``encode_seconds`` + the same head training).
 
 Tokens = sum of (length + 2) of the sequences trained on. Targets: ours >= 5x transformers + peft tokens/s, full and
 LoRA; LoRA's peak memory <= half of full fine-tuning's; frozen >= 5x faster than re-encoding every pass.
 Without CUDA everything runs on the CPU in float32: a smoke run, not a measurement.
 
 Usage (GPU machine): python tools/bench_finetune.py [--shapes 650m,150m --sequences 2000 --steps 30 --batch 16
-    --modes full,lora --frozen --out DIR --skip-hf]
+    --modes full,lora --frozen --out DIR --skip-hf --ours-flags=...]
 CPU smoke: uv run python tools/bench_finetune.py --shapes demo --sequences 24 --steps 2 --batch 8 --modes lora --frozen
 Figures: docs/benchmarks.md#fine-tuning.
 """
@@ -115,11 +116,10 @@ def run_ours(folder: Path, train: Path, val: Path, out: Path, mode: str, args: a
     command = [
         sys.executable, "-m", "bionemo.cli", "run", "finetune", "--checkpoint", str(folder), "--data", str(train),
         "--val-data", str(val), "--task", "classification", "--label-column", "label", "--head", "hf",
-        "--encoder", mode, "--output-dir", str(out), "--global-batch-size", str(args.batch),
-        "--micro-batch-size", str(args.batch),
+        "--encoder", mode, "--output-dir", str(out), *args.ours_flags,
     ]  # fmt: skip
     if mode == "frozen":
-        command += ["--max-steps", str(10 * max(1, args.sequences // args.batch))]
+        pass  # the default run length: 10 passes
     else:
         command += ["--max-steps", str(args.steps + 3), "--val-check-interval", str(args.steps + 3)]
     if mode == "lora":
@@ -178,10 +178,17 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--sequences", type=int, default=2000)
     parser.add_argument("--steps", type=int, default=30, help="Timed steps per run.")
     parser.add_argument("--warm-up", type=int, default=3, help="Untimed transformers steps first.")
-    parser.add_argument("--batch", type=int, default=16, help="Sequences per step.")
+    parser.add_argument("--batch", type=int, default=16, help="Sequences per step of transformers + peft.")
     parser.add_argument("--modes", default="full,lora", help="Comma-separated: full, lora.")
     parser.add_argument("--frozen", action="store_true", help="Also time --encoder frozen over 10 passes.")
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument(
+        "--ours-flags",
+        type=shlex.split,
+        default=[],
+        help="More `run finetune` flags, e.g. --ours-flags='--global-batch-size 16 --micro-batch-size 16' "
+        "(default: its defaults, batches of 16,384 tokens on GPUs)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="Keep runs and write results.json here.")
     args = parser.parse_args()
     args.modes = [m for m in args.modes.split(",") if m]

@@ -15,12 +15,13 @@ FASTA (log-normal lengths, median 270, 30-1022 residues, uniform over the 20 ami
   ``--warm-up`` first runs ours once untimed on 32 sequences (Triton's kernel cache and the bytecode then warm, as
   after any earlier run on the machine; on a fresh machine the first run compiles them).
 
-Tokens = sum of (length + 2). Targets: ours on 1 GPU >= 2.0x HF's best; 2 GPUs >= 1.9x 1 GPU; start-up (first 32
-sequences, 1 device, command to exit) <= 15 s. Without CUDA, HF runs on the CPU in float32 (bf16 SDPA is slow
-there): a smoke run, not a measurement.
+Ours runs with ``run predict``'s default batching unless ``--tokens-per-batch`` is given. Tokens = sum of
+(length + 2). Targets: ours on 1 GPU >= 3x HF's best in the loop and >= 2x counting the whole command's wall time;
+2 GPUs >= 1.9x 1 GPU; start-up (first 32 sequences, 1 device, command to exit) <= 8 s. Without CUDA, HF runs on
+the CPU in float32 (bf16 SDPA is slow there): a smoke run, not a measurement.
 
 Usage (GPU machine): python tools/bench_predict.py [--shapes 150m,650m --sequences 20000 --devices 1,2
-    --tokens-per-batch 65536 --hf-batch-sizes 32,64,128 --hf-token-budgets 32768,65536 --out DIR --skip-hf
+    --tokens-per-batch 131072 --hf-batch-sizes 32,64,128 --hf-token-budgets 32768,65536 --out DIR --skip-hf
     --warm-up --hf-no-input-order]
 CPU smoke: uv run python tools/bench_predict.py --shapes demo --sequences 40 --hf-batch-sizes 8
     --hf-token-budgets 4096 --tokens-per-batch 4096
@@ -165,8 +166,10 @@ def bench_hf(folder: Path, sequences: list[str], args: argparse.Namespace, token
     return results, reference
 
 
-def batch_flags(tokens_per_batch: int) -> list[str]:
-    """``--tokens-per-batch N`` when ``run predict`` has it, else ``--micro-batch-size 32``."""
+def batch_flags(tokens_per_batch: int | None) -> list[str]:
+    """``--tokens-per-batch N`` if given and ``run predict`` has it (else ``--micro-batch-size 32``); default none."""
+    if tokens_per_batch is None:
+        return []
     cmd = [sys.executable, "-m", "bionemo.cli", "run", "predict", "--help"]
     wide = {**os.environ, "COLUMNS": "250"}  # rich cuts long option names in a narrow terminal
     help_text = subprocess.run(cmd, capture_output=True, text=True, env=wide).stdout
@@ -215,6 +218,8 @@ def bench_shape(key: str, sequences: list[str], fasta: Path, args: argparse.Name
     result["hf_best"] = {"batching": best, "tokens_per_s": measured[best]} if best else None
     speed = {k: v["tokens_per_s"] for k, v in result["ours"].items()}
     result["ratio_ours_1_over_hf_best"] = speed[1] / measured[best] if best and speed.get(1) else None
+    wall = result["ours"].get(1, {}).get("wall_s")
+    result["ratio_ours_1_command_over_hf_best"] = tokens / wall / measured[best] if best and wall else None
     result["ratio_2_over_1"] = speed[2] / speed[1] if speed.get(1) and speed.get(2) else None
     steady = result["ours"].get(1, {}).get("summary", {}).get("tokens_per_second_after_first_batch")
     result["ratio_ours_1_after_first_batch_over_hf_best"] = steady / measured[best] if best and steady else None
@@ -252,26 +257,31 @@ def print_shape(key: str, result: dict[str, Any], tokens: int, device: str) -> N
         ("ours batching", " ".join(result["ours_batch_flags"])),
         ("ours after an untimed warm-up run (--warm-up)", "yes" if result.get("warm_up_run") else "no: cold caches"),
         ("max |ours - HF|, first 32 embeddings", _ratio(result["max_abs_diff_first_32"], ".1e")),
-        ("ratio ours (1 device) / HF best (target >= 2.0)", _ratio(result["ratio_ours_1_over_hf_best"])),
+        ("ratio ours (1 device) / HF best (target >= 3.0)", _ratio(result["ratio_ours_1_over_hf_best"])),
+        (
+            "  counting our whole command's wall time (target >= 2.0)",
+            _ratio(result.get("ratio_ours_1_command_over_hf_best")),
+        ),
         (
             "  the same after our first batch (HF: after its warm-up)",
             _ratio(result.get("ratio_ours_1_after_first_batch_over_hf_best")),
         ),
         ("ratio ours 2 devices / 1 device (target >= 1.9)", _ratio(result["ratio_2_over_1"])),
-        ("start-up s, first 32 sequences, 1 device (target <= 15)", _ratio(result["startup_wall_s"])),
+        ("start-up s, first 32 sequences, 1 device (target <= 8)", _ratio(result["startup_wall_s"])),
     ]:
         print(f"  {name:57} {value}")
 
 
 def parse_args() -> argparse.Namespace:
     ints = lambda text: [int(item) for item in text.split(",") if item]  # noqa: E731
-    cuda = torch.cuda.is_available()
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--shapes", type=lambda text: text.split(","), default=["150m", "650m"])
     parser.add_argument("--sequences", type=int, default=20000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--devices", type=ints, default=[1], help="device counts for ours, e.g. 1,2")
-    parser.add_argument("--tokens-per-batch", type=int, default=65536 if cuda else 4096)
+    parser.add_argument(
+        "--tokens-per-batch", type=int, default=None, help="ours with this budget (default: run predict's defaults)"
+    )
     parser.add_argument("--hf-batch-sizes", type=ints, default=[32, 64, 128])
     parser.add_argument("--hf-token-budgets", type=ints, default=[32768, 65536])
     parser.add_argument("--out", type=Path, default=None, help="logs, FASTA, models (default: a new temp dir)")

@@ -1,8 +1,8 @@
 """Where the wall time of one short ``bionemo run predict`` goes: start-up phases, imports, exit.
 
-Target: 32 sequences on 1 GPU in <= 15 s from command to exit. Builds a random Hugging Face ESM-2
-folder of ``--shape`` (tools/bench_predict.py ``save_random_hf``, seeded, nothing downloaded) and a FASTA of
-``--sequences`` random proteins (``random_proteins``), then
+Target: 32 sequences in <= 8 s on 1 GPU (<= 10 s on the 2-core CPU machine) from command to exit. Builds a
+random Hugging Face ESM-2 folder of ``--shape`` (tools/bench_predict.py ``save_random_hf``, seeded, nothing
+downloaded) and a FASTA of ``--sequences`` random proteins (``random_proteins``), then
 
 1. runs ``python -m bionemo.cli run predict --checkpoint HF_DIR --data F.fasta --include embeddings`` plainly
    ``--repeat`` times and prints each wall time (the first run of a fresh install also compiles bytecode);

@@ -21,6 +21,8 @@ runner = CliRunner()
 
 ROWS = 20
 SEQUENCES = random_sequences(ROWS, seed=3, low=8, high=24)
+LONGEST = max(len(s) for s in SEQUENCES) + 2
+"""Tokens of the longest sequence (``<cls>`` and ``<eos>`` included)."""
 LENGTH_ROW, NUMBER_ROW = 2, 4
 """The rows (0-based, after the header) that bad_length.csv and bad_number.csv spoil."""
 
@@ -181,6 +183,18 @@ CASES: dict[str, Case] = {
         _on("train", *CLASSIFY, "--encoder", "lora", "--lora-targets", "nope"),
         "--lora-targets",
         ["--lora-targets ['nope']: valid are qkv, proj, fc1, fc2"],
+    ),
+    "global batch tokens and a batch size by count": (
+        _on("train", *CLASSIFY, "--global-batch-tokens", "4096", "--micro-batch-size", "4"),
+        "--global-batch-tokens",
+        ["--global-batch-tokens cuts batches by tokens, --micro-batch-size by count: give one or the other"],
+    ),
+    "global batch tokens below two of the longest sequences": (
+        _on("train", *CLASSIFY, "--global-batch-tokens", "10"),
+        "--global-batch-tokens",
+        [
+            f"two of the longest sequences ({LONGEST} tokens with <cls> and <eos>): give at least {2 * LONGEST}",
+        ],
     ),
     "mask column for a sequence task": (
         _on("train", *CLASSIFY, "--mask-column", "ss"),

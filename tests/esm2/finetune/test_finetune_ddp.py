@@ -1,7 +1,8 @@
 """`bionemo run finetune` on two DDP processes trains as one process does, full encoder and LoRA, step for step.
 
 The same global batch of 16 as 2 ranks x micro-batch 4 (2 micro-batches each), as 4 micro-batches of 4 on one
-process, and as one micro-batch of 16: the logged training losses, the validation metrics (18 sequences: ranks hold
+process, and as one micro-batch of 16; and batches cut by tokens (``--global-batch-tokens``) on 2 ranks and on one
+process: the logged training losses, the validation metrics (18 sequences: ranks hold
 9 each, none counted twice) and the exported weights agree. The runs are dropout-free (``--head-dropout 0``):
 dropout masks come from each process's random stream and so differ between layouts by design; everything else must
 match to rounding. ``--head-lr`` differs from ``--lr``, so the
@@ -23,15 +24,24 @@ from support.hf_esm import random_hf_esm
 
 pytestmark = pytest.mark.multiprocess
 
+TOKENS = "512"
+"""``--global-batch-tokens`` of the runs cut by tokens: about 16 of the 17-47-token sequences per step."""
 LAYOUTS = {
-    "one": ("--devices", "1", "--micro-batch-size", "4"),
-    "micro16": ("--devices", "1", "--micro-batch-size", "16"),
-    "ddp": ("--devices", "2", "--micro-batch-size", "4"),
+    "one": ("--devices", "1", "--global-batch-size", "16", "--micro-batch-size", "4"),
+    "micro16": ("--devices", "1", "--global-batch-size", "16", "--micro-batch-size", "16"),
+    "ddp": ("--devices", "2", "--global-batch-size", "16", "--micro-batch-size", "4"),
+    "tokens_one": ("--devices", "1", "--global-batch-tokens", TOKENS),
+    "tokens_ddp": ("--devices", "2", "--global-batch-tokens", TOKENS),
 }
 ENCODERS = ("full", "lora")
-COMPARED = [("full", "micro16"), ("full", "ddp"), ("lora", "ddp")]
-"""Each compared with its encoder's one-process run (micro-batch 16 only for the full encoder: it exercises no
-code path LoRA changes, and each run costs CI time)."""
+COMPARED = [
+    ("full", "micro16", "one"),
+    ("full", "ddp", "one"),
+    ("lora", "ddp", "one"),
+    ("full", "tokens_ddp", "tokens_one"),
+]
+"""(encoder, layout, the layout it is compared with). Micro-batch 16 and batches cut by tokens for the full encoder
+only: they exercise no code path LoRA changes, and each run costs CI time."""
 
 
 def _run(root: Path, encoder: str, layout: str) -> Path:
@@ -40,7 +50,7 @@ def _run(root: Path, encoder: str, layout: str) -> Path:
         "run", "finetune", "--checkpoint", str(root / "base"), "--data", str(root / "train.csv"),
         "--val-data", str(root / "val.csv"), "--output-dir", str(out), "--accelerator", "cpu",
         "--task", "classification", "--label-column", "kind", "--encoder", encoder, "--max-steps", "8",
-        "--val-check-interval", "4", "--global-batch-size", "16", "--lr", "1e-3", "--head-lr", "3e-3",
+        "--val-check-interval", "4", "--lr", "1e-3", "--head-lr", "3e-3",
         "--seed", "3", "--head-dropout", "0", *LAYOUTS[layout],
     ]  # fmt: skip
     result = subprocess.run(
@@ -61,8 +71,8 @@ def runs(tmp_path_factory) -> dict[tuple[str, str], Path]:
     random_hf_esm(root / "base", hidden=32, heads=2, layers=2)
     write_csv(root / "train.csv", 64, seed=1)
     write_csv(root / "val.csv", 18, seed=2)
-    pairs = [(encoder, "one") for encoder in ENCODERS] + COMPARED
-    return {pair: _run(root, *pair) for pair in pairs}
+    pairs = {(encoder, "one") for encoder in ENCODERS} | {(e, layout) for e, *layouts in COMPARED for layout in layouts}
+    return {pair: _run(root, *pair) for pair in sorted(pairs)}
 
 
 def _rows(run: Path) -> list[dict[str, str]]:
@@ -91,9 +101,9 @@ def test_one_process_logs_every_step_and_both_validations(runs, encoder):
     assert {"val_loss", "val_mcc", "val_accuracy"} <= set(validations[7])
 
 
-@pytest.mark.parametrize(("encoder", "layout"), COMPARED)
-def test_same_losses_metrics_and_weights_on_another_layout(runs, encoder, layout):
-    reference, found = runs[encoder, "one"], runs[encoder, layout]
+@pytest.mark.parametrize(("encoder", "layout", "compared_with"), COMPARED)
+def test_same_losses_metrics_and_weights_on_another_layout(runs, encoder, layout, compared_with):
+    reference, found = runs[encoder, compared_with], runs[encoder, layout]
     expected_losses, losses = _losses(reference), _losses(found)
     assert sorted(losses) == sorted(expected_losses)
     for step, loss in losses.items():

@@ -452,6 +452,16 @@ def finetune(
     precision: PrecisionOpt = None,
     micro_batch_size: MBSOpt = None,
     global_batch_size: GBSOpt = None,
+    global_batch_tokens: Annotated[
+        int | None,
+        typer.Option(
+            "--global-batch-tokens",
+            min=1,
+            help="Batches cut by tokens: up to this many per optimizer step, all devices (residues + 2 per sequence, "
+            "no padding), instead of --micro-batch-size / --global-batch-size. Default: 16,384 on GPUs; on CPUs "
+            "batches of 16 sequences.",
+        ),
+    ] = None,
     truncate: TruncateOpt = False,
     verbose: VerboseOpt = False,
     max_steps: Annotated[

@@ -32,6 +32,7 @@ _FINETUNE_ONLY = (
     "head_lr",
     "warmup_steps",
     "patience",
+    "global_batch_tokens",
 )
 _TRAIN_ONLY = ("max_steps", "val_check_interval", "lr", "resume", "seed", "model", "global_batch_size", *_FINETUNE_ONLY)
 

@@ -84,6 +84,9 @@ class RunSettings(BaseModel):
     """Steps of linear warm-up before the cosine decay (default: 10% of ``max_steps``)."""
     patience: int | None = Field(None, ge=1)
     """Stop after this many validations without a better validation metric (default: never stop early)."""
+    global_batch_tokens: int | None = Field(None, ge=1)
+    """Fine-tuning batches cut by tokens: at most this many (residues + 2 per sequence, no padding) per optimizer
+    step over all devices; instead of ``micro_batch_size`` / ``global_batch_size``."""
     # predict
     include: list[Include] = Field(default_factory=lambda: [Include.EMBEDDINGS, Include.PERPLEXITY])
     write_interval: WriteIntervalChoice = WriteIntervalChoice.BATCH

@@ -1,6 +1,9 @@
 """Labelled sequences as fine-tuning batches: tokens, targets in the heads' layout and which items are scored.
 
-Each item is ``tokens [L + 2]`` (``<cls>`` residues ``<eos>``), ``target`` and ``target_mask`` as
+Batches come by count (:class:`LabelledDataset`: one record per item, ``micro_batch_size`` items per micro-batch)
+or by tokens (:class:`TokenBatches` over a record dataset, :class:`TokenBatchedDataset`: one micro-batch per item).
+
+Each record's item is ``tokens [L + 2]`` (``<cls>`` residues ``<eos>``), ``target`` and ``target_mask`` as
 :func:`bionemo.esm2.finetune.objectives.targets` lays them out (token tasks: residue ``i`` at position ``i + 1``),
 and ``sample_index``. :func:`collate_labelled` right-pads a batch and adds ``attention_mask``, ``residue_mask`` and
 the host-side ``host_lengths`` that :func:`bionemo.esm2.data.data_step` and the unpadded path read.
@@ -16,7 +19,17 @@ from bionemo.esm2.finetune.objectives import targets
 from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary
 from bionemo.esm2.tokenizer import ProteinTokenizer
 
-__all__ = ["GROUPS_PER_BUCKET", "LabelledDataset", "collate_labelled", "residue_mask"]
+__all__ = [
+    "GROUPS_PER_BUCKET",
+    "LabelledDataset",
+    "TokenBatchedDataset",
+    "TokenBatches",
+    "collate_flat",
+    "collate_labelled",
+    "residue_mask",
+    "split_evenly",
+    "token_batched",
+]
 
 
 GROUPS_PER_BUCKET = 50
@@ -89,8 +102,19 @@ class LabelledDataset(Dataset):
         shuffled = torch.randperm(len(groups), generator=generator).tolist()
         return [i for g in shuffled for i in groups[g]]
 
+    def record_tokens(self, index: int) -> int:
+        """Tokens of record ``index``: its residues, ``<cls>`` and ``<eos>``."""
+        return len(self.records[index].sequence) + 2
+
+    def item_tokens(self, item: int) -> int:
+        """Tokens of item ``item``."""
+        return self.record_tokens(self.record_index(item))
+
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        index = self.record_index(item)
+        return self.record_item(self.record_index(item))
+
+    def record_item(self, index: int) -> dict[str, torch.Tensor]:
+        """Record ``index`` as model inputs and targets (see the module docstring)."""
         record = self.records[index]
         tokens = self.tokenizer.encode(record.sequence)
         target, mask = targets(self.vocabulary.task, [record], self.vocabulary, seq_len=tokens.shape[0])
@@ -137,3 +161,170 @@ def collate_labelled(items: list[dict[str, torch.Tensor]], pad_id: int) -> dict[
         "sample_index": torch.stack([item["sample_index"] for item in items]),
         "host_lengths": lengths,
     }
+
+
+def collate_flat(collate: Any, items: list[list[Any]]) -> Any:
+    """``collate`` of the records of every item of :class:`TokenBatchedDataset` (each item a list of records)."""
+    return collate([record for item in items for record in item])
+
+
+class TokenBatches:
+    """Which records each global batch holds when batches are cut by tokens, and each data-parallel rank's share.
+
+    A global batch (one optimizer step) holds at most ``budget`` tokens (residues + 2 per sequence, no padding)
+    over all ranks, and is split into ``parts`` micro-batches of about equal tokens (data-parallel ranks); item
+    ``step * parts + part`` is that part. What a global batch holds depends on ``lengths``, ``budget`` and ``seed``
+    only, so every layout trains on the same batches; only their split follows ``parts``.
+
+    With ``steps`` (training) pass ``e`` draws an order of the records from ``seed`` and ``e``, sorts buckets of
+    :data:`GROUPS_PER_BUCKET` budgets' worth of records by length, cuts the result into batches greedily and
+    shuffles the batches: each pass sees each record once, similar lengths share a batch, batches come in random
+    order. Without ``steps`` (validation) the records are cut in length order, once. A pass's last batch smaller
+    than half the budget joins the one before it, so every batch but a lone one holds more than half the budget.
+
+    Raises:
+        ValueError: A budget below two of the longest sequences per part (a part could come out empty), or fewer
+            records than parts.
+    """
+
+    def __init__(self, lengths: Sequence[int], budget: int, *, parts: int = 1, seed: int = 0, steps: int | None = None):
+        if parts < 1:
+            raise ValueError(f"parts must be at least 1, got {parts}")
+        if len(lengths) < parts:
+            raise ValueError(f"{len(lengths)} records cannot fill {parts} parts of a batch")
+        if budget < 2 * parts * max(lengths):
+            raise ValueError(
+                f"a budget of {budget} tokens must hold two of the longest sequences ({max(lengths)} tokens) per part "
+                f"({parts} parts): at least {2 * parts * max(lengths)}"
+            )
+        self.lengths = list(lengths)
+        self.budget = budget
+        self.parts = parts
+        self.seed = seed
+        self.shuffled = steps is not None
+        self._passes: list[list[list[int]]] = []
+        self.steps = len(self.batches_of_pass(0)) if steps is None else steps
+
+    def __len__(self) -> int:
+        return self.steps * self.parts
+
+    def batches_of_pass(self, epoch: int) -> list[list[int]]:
+        """The global batches (record indices) of pass ``epoch``, in training order."""
+        while len(self._passes) <= epoch:
+            self._passes.append(self._cut(len(self._passes)))
+        return self._passes[epoch]
+
+    def global_batch(self, step: int) -> list[int]:
+        """The records of optimizer step ``step`` (passes follow one another)."""
+        epoch = 0
+        while step >= len(self.batches_of_pass(epoch)):
+            step -= len(self.batches_of_pass(epoch))
+            epoch += 1
+        return self.batches_of_pass(epoch)[step]
+
+    def records(self, item: int) -> list[int]:
+        """The records of item ``item``: part ``item % parts`` of step ``item // parts``."""
+        step, part = divmod(item, self.parts)
+        return split_evenly(self.global_batch(step), self.lengths, self.parts)[part]
+
+    def tokens(self, item: int) -> int:
+        """Tokens of item ``item``."""
+        return sum(self.lengths[i] for i in self.records(item))
+
+    def _cut(self, epoch: int) -> list[list[int]]:
+        n = len(self.lengths)
+        if not self.shuffled:
+            if epoch:
+                raise IndexError("validation batches make one pass")
+            return self._greedy(sorted(range(n), key=lambda i: (self.lengths[i], i)))
+        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + epoch)
+        order = torch.randperm(n, generator=generator).tolist()
+        ranked: list[int] = []
+        bucket: list[int] = []
+        filled = 0
+        for i in order:
+            bucket.append(i)
+            filled += self.lengths[i]
+            if filled >= GROUPS_PER_BUCKET * self.budget:
+                ranked += sorted(bucket, key=lambda k: (self.lengths[k], k))
+                bucket, filled = [], 0
+        ranked += sorted(bucket, key=lambda k: (self.lengths[k], k))
+        batches = self._greedy(ranked)
+        shuffled = torch.randperm(len(batches), generator=generator).tolist()
+        return [batches[b] for b in shuffled]
+
+    def _greedy(self, ranked: list[int]) -> list[list[int]]:
+        """``ranked`` cut in turn into batches of at most ``budget`` tokens; a small last one joins the one before."""
+        batches: list[list[int]] = [[]]
+        filled = 0
+        for i in ranked:
+            if batches[-1] and filled + self.lengths[i] > self.budget:
+                batches.append([])
+                filled = 0
+            batches[-1].append(i)
+            filled += self.lengths[i]
+        if len(batches) > 1 and 2 * filled < self.budget:
+            last = batches.pop()
+            batches[-1] += last
+        return batches
+
+
+def split_evenly(members: Sequence[int], lengths: Sequence[int], parts: int) -> list[list[int]]:
+    """``members`` (record indices) in length order cut into ``parts`` runs of about equal tokens, none empty.
+
+    Consecutive lengths keep each part's padding small; part ``j`` ends where the running token count first
+    reaches ``(j + 1) / parts`` of the total.
+    """
+    ranked = sorted(members, key=lambda i: (lengths[i], i))
+    if len(ranked) < parts:
+        raise ValueError(f"{len(ranked)} records cannot fill {parts} parts")
+    total = sum(lengths[i] for i in ranked)
+    ends: list[int] = []
+    running = 0
+    for position, i in enumerate(ranked):
+        running += lengths[i]
+        while len(ends) < parts - 1 and running * parts >= (len(ends) + 1) * total:
+            ends.append(position + 1)
+    ends.append(len(ranked))
+    for j in range(parts):  # at least one record per part, in order
+        low = (ends[j - 1] if j else 0) + 1
+        high = len(ranked) - (parts - 1 - j)
+        ends[j] = min(max(ends[j], low), high)
+    starts = [0, *ends[:-1]]
+    return [ranked[a:b] for a, b in zip(starts, ends, strict=True)]
+
+
+class TokenBatchedDataset(Dataset):
+    """One micro-batch per item: item ``i`` is the list of ``base``'s records :class:`TokenBatches` gives it.
+
+    ``base`` has ``record_item(index)`` (a record's item, as :class:`LabelledDataset`'s); collate items with
+    :func:`collate_flat`. ``records`` is ``base.records``.
+    """
+
+    def __init__(self, base: Any, batches: TokenBatches) -> None:
+        self.base = base
+        self.batches = batches
+        self.records = base.records
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, item: int) -> list[dict[str, torch.Tensor]]:
+        return [self.base.record_item(index) for index in self.batches.records(item)]
+
+    def item_tokens(self, item: int) -> int:
+        """Tokens of item ``item`` (every record's residues + 2)."""
+        return self.batches.tokens(item)
+
+
+def token_batched(base: Any, settings: Any, steps: int | None) -> TokenBatchedDataset:
+    """``base`` (a record dataset with ``records``) in :class:`TokenBatches` of a run's ``--global-batch-tokens``.
+
+    One part per data-parallel rank of ``settings`` (a ``RunSettings``), its seed; ``steps``: the training run's
+    optimizer steps (a new order each pass), or None for validation (length order, once).
+    """
+    lengths = [len(record.sequence) + 2 for record in base.records]
+    batches = TokenBatches(
+        lengths, settings.global_batch_tokens, parts=settings.data_parallel_size(), seed=settings.seed, steps=steps
+    )
+    return TokenBatchedDataset(base, batches)

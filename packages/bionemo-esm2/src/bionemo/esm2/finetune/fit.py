@@ -93,12 +93,15 @@ def fit(
 
 
 def _speed(timer: Any, datamodule: Any, global_batch: int) -> dict[str, Any]:
-    """Training tokens per second (residues + 2 per sequence) over the timed steps, and the peak device memory."""
+    """Training tokens per second (residues + 2 per sequence) over the timed steps, and the peak device memory.
+
+    ``global_batch``: the training dataset's items per step.
+    """
     dataset = datamodule.datasets["train"]
     tokens = None
     if timer.steps and timer.seconds > 0 and dataset is not None:
         items = [k for first, end in timer.spans for k in range(first * global_batch, end * global_batch)]
-        tokens = sum(len(dataset.records[dataset.record_index(k)].sequence) + 2 for k in items)
+        tokens = sum(dataset.item_tokens(k) for k in items)
     return {
         "timed_steps": timer.steps,
         "timed_seconds": timer.seconds if timer.steps else None,
@@ -123,6 +126,15 @@ def _speed_rows(speed: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
+def _token_batch_label(settings: RunSettings) -> str:
+    """Batches cut by tokens, as the summary shows them."""
+    ranks = settings.data_parallel_size()
+    return (
+        f"up to {settings.global_batch_tokens:,} tokens per step (sequences of similar length), "
+        f"split over {ranks} data-parallel rank(s)"
+    )
+
+
 def _final_metrics(trainer: Any, spec: FinetuneSpec) -> dict[str, float | None]:
     """The last validation's metrics."""
     import torch
@@ -141,24 +153,29 @@ def _datamodule(
     """Training items for the whole run (a new order each pass) and the validation set, collated with padding."""
     import functools
 
-    from bionemo.esm2.finetune.data import LabelledDataset, collate_labelled
+    from bionemo.esm2.finetune.data import LabelledDataset, collate_flat, collate_labelled, token_batched
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.lightning import MegatronDataModule
 
     samples_per_step = defaults.value(settings, "global_batch_size")
+    collate = functools.partial(collate_labelled, pad_id=ProteinTokenizer().pad_id)
+    if settings.global_batch_tokens is None:
+        length = max_steps * samples_per_step
+        train: Any = LabelledDataset(
+            data.train, spec.labels, seed=settings.seed, length=length, group_size=samples_per_step
+        )
+        val: Any = LabelledDataset(data.val, spec.labels)
+    else:
+        train = token_batched(LabelledDataset(data.train, spec.labels), settings, max_steps)
+        val = token_batched(LabelledDataset(data.val, spec.labels), settings, None)
+        collate = functools.partial(collate_flat, collate)
     return MegatronDataModule(
         micro_batch_size=defaults.value(settings, "micro_batch_size"),
         global_batch_size=samples_per_step,
         seq_length=defaults.model["seq_length"],
-        collate_fn=functools.partial(collate_labelled, pad_id=ProteinTokenizer().pad_id),
-        train=LabelledDataset(
-            data.train,
-            spec.labels,
-            seed=settings.seed,
-            length=max_steps * samples_per_step,
-            group_size=samples_per_step,
-        ),
-        val=LabelledDataset(data.val, spec.labels),
+        collate_fn=collate,
+        train=train,
+        val=val,
     )
 
 
@@ -264,7 +281,7 @@ def _export(
         ("trainable parameters", f"{trainable:,} of {total:,}"),
         ("steps", str(trainer.global_step)),
         ("precision", _precision_label(settings)),
-        ("batch", _batch_label(settings)),
+        ("batch", _batch_label(settings) if settings.global_batch_tokens is None else _token_batch_label(settings)),
         (
             "sequences (train / val)",
             f"{len(data.train)} / {len(data.val)}" + (" (split from --data)" if data.split_from_train else ""),

@@ -13,6 +13,7 @@ The head then trains as an ordinary small model (:class:`CachedHeadConfig`) with
 on Lightning's own strategies (CPU, one GPU, DDP).
 """
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -22,7 +23,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from bionemo.core import BionemoTrainableModelConfig
-from bionemo.esm2.finetune.data import residue_mask
+from bionemo.esm2.finetune.data import collate_flat, residue_mask
 from bionemo.esm2.finetune.head_config import HeadKind
 from bionemo.esm2.finetune.heads import build_head
 from bionemo.esm2.finetune.objectives import targets
@@ -116,8 +117,15 @@ class CachedFeatureDataset(Dataset):
         """Which record item ``item`` is."""
         return self.order.record_index(item)
 
+    def item_tokens(self, item: int) -> int:
+        """Tokens of item ``item``'s sequence (residues + 2), what training throughput counts."""
+        return self.order.item_tokens(item)
+
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        index = self.record_index(item)
+        return self.record_item(self.record_index(item))
+
+    def record_item(self, index: int) -> dict[str, torch.Tensor]:
+        """Record ``index``'s cached features and targets (see the class docstring)."""
         hidden = self.features[index].float()
         n = hidden.shape[0]
         if self.vocabulary.task.per_residue:
@@ -171,6 +179,9 @@ class CachedFeaturesDataModule(MegatronDataModule):
         spec: The fine-tuning spec (the head's kind decides what is kept).
         train, val: The labelled records.
         length: Training items of the whole run (``max_steps x global batch``).
+        token_batched: For batches cut by tokens, per mode (``train``, ``validation``) what turns the cached
+            features' dataset into one of micro-batches (:func:`~bionemo.esm2.finetune.data.token_batched`);
+            None: batches by count.
         seed: Seed of the training order.
         **kwargs: ``MegatronDataModule``'s batch sizes and loader options.
     """
@@ -184,9 +195,12 @@ class CachedFeaturesDataModule(MegatronDataModule):
         val_records: Sequence[LabelledRecord],
         length: int,
         seed: int,
+        token_batched: dict[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(collate_fn=collate_cached, seed=seed, **kwargs)
+        collate = collate_cached if token_batched is None else functools.partial(collate_flat, collate_cached)
+        super().__init__(collate_fn=collate, seed=seed, **kwargs)
+        self.token_batched = token_batched
         self.encoder_factory = encoder_factory
         self.spec = spec
         self.records = {"train": list(train_records), "validation": list(val_records)}
@@ -212,6 +226,9 @@ class CachedFeaturesDataModule(MegatronDataModule):
             self.datasets["validation"] = CachedFeatureDataset(
                 features["validation"], self.records["validation"], labels
             )
+            if self.token_batched is not None:
+                for mode, batched in self.token_batched.items():
+                    self.datasets[mode] = batched(self.datasets[mode])
         super().setup(stage)
 
 

@@ -47,12 +47,21 @@ def frozen_datamodule(
     from bionemo.esm2.finetune.frozen import CachedFeaturesDataModule
 
     samples_per_step = defaults.value(settings, "global_batch_size")
+    batched = None
+    if settings.global_batch_tokens is not None:
+        from bionemo.esm2.finetune.data import token_batched
+
+        batched = {
+            "train": functools.partial(token_batched, settings=settings, steps=max_steps),
+            "validation": functools.partial(token_batched, settings=settings, steps=None),
+        }
     return CachedFeaturesDataModule(
         encoder_factory=functools.partial(_encoder, settings=settings, model=dict(defaults.model), start=start),
         spec=spec,
         train_records=data.train,
         val_records=data.val,
         length=max_steps * samples_per_step,
+        token_batched=batched,
         seed=settings.seed,
         micro_batch_size=defaults.value(settings, "micro_batch_size"),
         global_batch_size=samples_per_step,

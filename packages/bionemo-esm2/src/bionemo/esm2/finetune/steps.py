@@ -6,15 +6,44 @@ import torch
 
 from bionemo.losses import ParallelGroups
 
-__all__ = ["finetune_forward_step"]
+__all__ = ["finetune_forward_step", "runs_unpadded"]
 
 
 def finetune_forward_step(model: Any, batch: dict[str, Any]) -> dict[str, torch.Tensor] | torch.Tensor:
     """``{"logits": ...}`` of an :class:`~bionemo.esm2.finetune.model.ESM2FinetuneModel` on a collated batch.
 
     ``batch`` is :func:`bionemo.esm2.finetune.data.collate_labelled`'s after :func:`bionemo.esm2.data.data_step`
-    (``padding`` is the attention mask, or None when no row is padded). On a pipeline stage before the last: the
-    stage's output tensor, which megatron's schedule sends on.
+    (``padding`` is the attention mask, or None when no row is padded). Where :func:`runs_unpadded`, the model
+    runs on the batch's real tokens concatenated (:func:`bionemo.esm2.packing.unpad`): the same logits without
+    the padding's work. On a pipeline stage before the last: the stage's output tensor, which megatron's schedule
+    sends on.
     """
-    output = model(batch["tokens"], batch.get("padding"), residue_mask=batch["residue_mask"])
+    tokens = batch["tokens"]
+    if runs_unpadded(model, tokens):
+        from bionemo.esm2.packing import unpad
+
+        ids, sequences, index = unpad(tokens, batch["host_lengths"])
+        output = model(ids, None, residue_mask=batch["residue_mask"], unpadded=sequences, index=index)
+    else:
+        output = model(tokens, batch.get("padding"), residue_mask=batch["residue_mask"])
     return {"logits": output} if ParallelGroups.current().is_last_stage else output
+
+
+def runs_unpadded(model: Any, tokens: torch.Tensor) -> bool:
+    """Whether a batch on ``tokens``' device runs unpadded: a variable-length flash kernel for the attention dtype.
+
+    That is CUDA in bf16 / fp16 (the parameters', or autocast's) with a torch that has varlen attention, and no
+    attention dropout while training (the kernel has none); elsewhere batches stay padded.
+    """
+    from bionemo.lightning import varlen_attention_available
+
+    if not tokens.is_cuda:
+        return False
+    config = getattr(model, "config", None)
+    if model.training and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
+        return False
+    if torch.is_autocast_enabled("cuda"):
+        dtype = torch.get_autocast_dtype("cuda")
+    else:
+        dtype = getattr(config, "params_dtype", None) or next(model.parameters()).dtype
+    return varlen_attention_available(dtype)

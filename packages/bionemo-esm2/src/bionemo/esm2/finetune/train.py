@@ -25,6 +25,7 @@ from bionemo.recipes.settings import RunSettings, SettingsError
 
 __all__ = [
     "FINETUNE_EPOCHS",
+    "FINETUNE_TOKENS",
     "LORA_RECOMPUTE_SHARE",
     "LabelledData",
     "encoder_tensors",
@@ -35,6 +36,7 @@ __all__ = [
     "lora_recompute",
     "prepare_model",
     "read_labelled_data",
+    "token_budget",
     "trainable_parameters",
 ]
 
@@ -98,18 +100,30 @@ def read_labelled_data(settings: RunSettings, options: FinetuneOptions, max_resi
 
 
 def finetune_defaults(
-    recipe: RecipeDefaults, model: dict[str, Any], options: FinetuneOptions, train_size: int
+    recipe: RecipeDefaults,
+    model: dict[str, Any],
+    options: FinetuneOptions,
+    train: list[LabelledRecord],
+    *,
+    tokens: int | None = None,
+    data_parallel: int = 1,
 ) -> RecipeDefaults:
-    """Fine-tuning's run defaults: batches of 16, :data:`FINETUNE_EPOCHS` passes, a validation per pass, bf16.
+    """Fine-tuning's run defaults: :data:`FINETUNE_EPOCHS` passes, a validation per pass, bf16, and the batches.
 
-    The learning rate depends on what trains (:data:`~bionemo.esm2.finetune.options.DEFAULT_LR`); the model
-    settings are the base checkpoint's (``model``).
+    Batches of 16 sequences, or with ``tokens`` (:func:`token_budget`) global batches cut by tokens: items are then
+    micro-batches, one per data-parallel rank per step (``micro_batch_size`` 1, ``global_batch_size``
+    ``data_parallel``), and a pass is the training tokens over ``tokens`` steps. The learning rate depends on what
+    trains (:data:`~bionemo.esm2.finetune.options.DEFAULT_LR`); the model settings are the base checkpoint's.
     """
-    global_batch = 16
-    per_pass = max(1, math.ceil(train_size / global_batch))
+    if tokens is None:
+        micro, global_batch = 16, 16
+        per_pass = max(1, math.ceil(len(train) / global_batch))
+    else:
+        micro, global_batch = 1, data_parallel
+        per_pass = max(1, math.ceil(sum(len(r.sequence) + 2 for r in train) / tokens))
     return replace(
         recipe,
-        micro_batch_size=16,
+        micro_batch_size=micro,
         global_batch_size=global_batch,
         max_steps=FINETUNE_EPOCHS * per_pass,
         val_check_interval=per_pass,
@@ -160,9 +174,14 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     out = settings.output_dir or Path("bionemo_runs") / "finetune"
     check_hardware(settings)
     gpu = accelerator(settings) == "gpu"
-    run_defaults = finetune_defaults(defaults, model, options, len(data.train))
+    tokens = token_budget(settings, gpu=gpu, data=data)
+    run_defaults = finetune_defaults(
+        defaults, model, options, data.train, tokens=tokens, data_parallel=settings.data_parallel_size()
+    )
     given = settings
     settings = resolved_training_settings(settings, run_defaults, gpu=gpu)
+    if tokens is not None:
+        settings = settings.model_copy(update={"global_batch_tokens": tokens})
     _check_lora_layout(spec, settings)
     if spec.lora is not None and uses_megatron(settings):
         run_defaults = replace(run_defaults, model=lora_recompute(run_defaults.model))
@@ -170,12 +189,60 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     start = checked_checkpoint(header.path)  # the tensors: NaN/Inf
     check_output_dir(out)
     if is_launching_rank():
-        save_settings(settings.model_copy(update={"output_dir": out}), out, training=True, finetuning=True)
-        plan = training_plan(given, settings, run_defaults, gpu=gpu)
+        by_count = {} if tokens is None else {"micro_batch_size": None, "global_batch_size": None}
+        save_settings(settings.model_copy(update={"output_dir": out, **by_count}), out, training=True, finetuning=True)
+        plan = (
+            training_plan(given, settings, run_defaults, gpu=gpu)
+            if tokens is None
+            else f"{settings.max_steps} steps x up to {tokens:,} tokens per step"
+        )
         print(f"Fine-tuning ({spec.task}, {spec.head.kind} head, encoder {spec.encoder}): {plan}", flush=True)
     from bionemo.esm2.finetune.fit import fit
 
     return fit(settings, run_defaults, recipe, spec, data, out, start)
+
+
+FINETUNE_TOKENS = 16_384
+"""Tokens per global batch of a fine-tuning run on GPUs when no batch size is given."""
+
+
+def token_budget(settings: RunSettings, *, gpu: bool, data: LabelledData) -> int | None:
+    """Tokens per global batch, or None for batches by count.
+
+    ``--global-batch-tokens`` as given; on GPUs without any batch size :data:`FINETUNE_TOKENS` (a handful of
+    ~300-residue proteins per step leaves a GPU waiting for the host); on CPUs, or with ``--micro-batch-size`` /
+    ``--global-batch-size``, batches by count.
+
+    Raises:
+        SettingsError: ``--global-batch-tokens`` with a batch size by count, a budget that cannot give every
+            data-parallel rank two of the longest sequences, or fewer sequences than data-parallel ranks.
+    """
+    by_count = [f"--{n.replace('_', '-')}" for n in ("micro_batch_size", "global_batch_size") if getattr(settings, n)]
+    tokens = settings.global_batch_tokens
+    if tokens is not None and by_count:
+        raise SettingsError(
+            f"--global-batch-tokens cuts batches by tokens, {' and '.join(by_count)} by count: give one or the other",
+            "--global-batch-tokens",
+        )
+    if tokens is None and (by_count or not gpu):
+        return None
+    tokens = tokens or FINETUNE_TOKENS
+    ranks = settings.data_parallel_size()
+    longest = max(len(r.sequence) + 2 for r in (*data.train, *data.val))
+    if tokens < 2 * ranks * longest:
+        raise SettingsError(
+            f"--global-batch-tokens {tokens} cannot give each of {ranks} data-parallel rank(s) two of the longest "
+            f"sequences ({longest} tokens with <cls> and <eos>): give at least {2 * ranks * longest}, or batch by "
+            "count with --global-batch-size",
+            "--global-batch-tokens",
+        )
+    for name, records in (("training", data.train), ("validation", data.val)):
+        if len(records) < ranks:
+            raise SettingsError(
+                f"{len(records)} {name} sequences cannot fill a batch on each of {ranks} data-parallel ranks",
+                "--devices",
+            )
+    return tokens
 
 
 LORA_RECOMPUTE_SHARE = 3 / 8
