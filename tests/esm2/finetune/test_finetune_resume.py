@@ -22,3 +22,6 @@ def test_rerun_resumes_and_exports_the_longer_run(tmp_path):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 6
     assert summary["best"]["step"] in (3, 6)
+    # the best of before the resume still counts (its weights were written beside the checkpoint)
+    assert (run / "checkpoints" / "best-weights-rank0.safetensors").is_file()
+    assert summary["best"]["value"] >= first["best"]["value"]

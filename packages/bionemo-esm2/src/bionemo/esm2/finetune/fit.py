@@ -48,7 +48,7 @@ def fit(
         datamodule = _datamodule(settings, defaults, spec, data, max_steps)
     checkpoints = out / "checkpoints"
     resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
-    best = BestWeights(BEST_METRIC[spec.task])
+    best = BestWeights(BEST_METRIC[spec.task], checkpoints)
     timer = StepTimer(pause_every=min(defaults.value(settings, "val_check_interval"), max_steps))
     trainer = _trainer(settings, spec, out, checkpoints, max_steps, defaults, resume_from, [best, timer])
     if resume_from is not None and is_launching_rank():
