@@ -15,9 +15,9 @@ from bionemo.core.import_notes import IMPORT_LOG_NOTES, SHOW_IMPORT_NOTES, quiet
 # UserWarning, so the user's warnings come first).
 CODE = """
 import logging, sys, warnings
-import bionemo.core, bionemo.collate, bionemo.losses, bionemo.callbacks, bionemo.lightning, bionemo.llm.lightning
-import bionemo.recipes, bionemo.recipes.trainers, bionemo.recipes.outputs, bionemo.esm2, bionemo.esm2.model
-import bionemo.esm2.steps, bionemo.cli.app
+import bionemo.core, bionemo.collate, bionemo.losses, bionemo.layers, bionemo.callbacks, bionemo.lightning
+import bionemo.llm.lightning, bionemo.recipes, bionemo.recipes.trainers, bionemo.recipes.outputs, bionemo.esm2
+import bionemo.esm2.model, bionemo.esm2.steps, bionemo.cli.app
 print("imported", file=sys.stderr, flush=True)
 warnings.warn("Transformer Engine and Apex are not installed, says the user's own code")
 logging.getLogger("megatron.core.utils").warning("another note of megatron-core")

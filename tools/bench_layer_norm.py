@@ -3,7 +3,7 @@
 Times the kernels with torch.profiler (GPU time summed over the kernels of each call, so host overheads do not
 count) on ``--rows`` rows (default 16,416: a micro-batch of 16 x 1026 of the GPU recipe) of each ``--widths``, in
 bf16, and prints torch's figure, ours and their ratio; ``--per-sm`` tries the backward with that many programs per
-multiprocessor (``bionemo.lightning._layer_norm_triton.BACKWARD_PROGRAMS_PER_SM``; ``width``: the default choice by
+multiprocessor (``bionemo.layers._layer_norm_triton.BACKWARD_PROGRAMS_PER_SM``; ``width``: the default choice by
 width, 16 up to width 640 and 4 above). Figures: docs/benchmarks.md#layernorm-kernels.
 
 Usage (GPU machine): python tools/bench_layer_norm.py [--rows 16416] [--widths 640,1280] [--per-sm width,4,16,64]
@@ -62,8 +62,8 @@ def main() -> None:
 
     import torch
 
-    import bionemo.lightning._layer_norm_triton as kernels
-    from bionemo.lightning.layer_norm import TritonLayerNorm
+    import bionemo.layers._layer_norm_triton as kernels
+    from bionemo.layers.layer_norm import TritonLayerNorm
 
     for width in (int(w) for w in args.widths.split(",")):
         x = torch.randn(args.rows, width, device="cuda", dtype=torch.bfloat16, requires_grad=True)

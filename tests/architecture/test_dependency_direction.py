@@ -1,7 +1,8 @@
 """Dependencies flow one way: core <- collate <- losses <- layers <- callbacks <- lightning <- recipes <- esm2 <- cli.
 
 Checks both what each package's source imports and what its pyproject declares. ``layers`` (model building
-blocks on megatron-core: LoRA) sits below ``lightning``: it may use torch and megatron-core, never Lightning or NeMo.
+blocks on megatron-core: SDPA attention, RoPE, LayerNorm, fused-bias linears, context parallelism, LoRA) sits below
+``lightning``: it may use torch, megatron-core and (optionally) Triton, never Lightning or NeMo.
 """
 
 import ast
@@ -28,9 +29,9 @@ THIRD_PARTY = {
 }
 # Where an indirect dependency is imported directly, it must be declared: lightning pulls these in.
 IMPLIED = {"typing_extensions", "numpy"}
-# Optional: imported only where installed (triton comes with torch's CUDA wheels; bionemo.lightning.rotary checks
-# for it before importing its kernel module), so not declared.
-OPTIONAL = {"lightning": {"triton"}}
+# Optional: imported only where installed (triton comes with torch's CUDA wheels; bionemo.layers.rotary and
+# bionemo.layers.layer_norm check for it before importing their kernel modules), so not declared.
+OPTIONAL = {"layers": {"triton"}}
 
 
 def allowed_imports(package: str) -> dict[str, str]:

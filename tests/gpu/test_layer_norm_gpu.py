@@ -4,8 +4,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import bionemo.lightning._layer_norm_triton as kernel
-from bionemo.lightning.layer_norm import TritonLayerNorm
+import bionemo.layers._layer_norm_triton as kernel
+from bionemo.layers.layer_norm import TritonLayerNorm
 
 pytestmark = pytest.mark.gpu
 

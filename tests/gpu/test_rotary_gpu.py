@@ -10,7 +10,7 @@ pytestmark = pytest.mark.gpu
 def test_fused_rope_equals_megatron_eager_rope_on_cuda(dtype):
     from megatron.core.models.common.embeddings.rope_utils import _apply_rotary_pos_emb_bshd
 
-    from bionemo.lightning.rotary import apply_rotary, fused_rotary_available, rotary_tables
+    from bionemo.layers.rotary import apply_rotary, fused_rotary_available, rotary_tables
 
     torch.manual_seed(0)
     s, b, h, d = 300, 4, 20, 32

@@ -11,7 +11,8 @@ def test_attention_dropout_uses_the_model_parallel_stream():
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from bionemo.lightning import SDPACoreAttention, ensure_model_parallel
+    from bionemo.layers import SDPACoreAttention
+    from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel(cuda=True)  # seeds the tracker's model-parallel-rng state (per tensor-parallel rank)
     config = TransformerConfig(num_layers=1, hidden_size=64, num_attention_heads=4, attention_dropout=0.5)

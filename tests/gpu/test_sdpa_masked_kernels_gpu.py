@@ -5,7 +5,7 @@ import torch
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from bionemo.lightning import SDPACoreAttention
+from bionemo.layers import SDPACoreAttention
 
 pytestmark = pytest.mark.gpu
 

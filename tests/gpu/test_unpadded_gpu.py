@@ -15,7 +15,8 @@ def test_unpadded_bf16_on_varlen_flash_attention_equals_padded(tmp_path):
     from bionemo.esm2.steps import make_predict_step
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.esm2.weights import apply_weights
-    from bionemo.lightning import ensure_model_parallel, varlen_attention_available
+    from bionemo.layers import varlen_attention_available
+    from bionemo.lightning import ensure_model_parallel
 
     assert varlen_attention_available(torch.bfloat16), "torch's varlen attention is missing on this GPU image"
     ensure_model_parallel()

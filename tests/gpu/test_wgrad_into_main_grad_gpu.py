@@ -4,9 +4,9 @@ import pytest
 import torch
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from bionemo.layers import fused_bias_linear as fused
+from bionemo.layers.fused_bias_linear import FusedBiasColumnParallelLinear, accumulate_weight_gradient
 from bionemo.lightning import ensure_model_parallel
-from bionemo.lightning import fused_bias_linear as fused
-from bionemo.lightning.fused_bias_linear import FusedBiasColumnParallelLinear, accumulate_weight_gradient
 from support.megatron_ddp import ddp_hook, give_main_grad
 
 pytestmark = pytest.mark.gpu

@@ -133,7 +133,7 @@ def peft_trainable(r: int, target_modules: str) -> int:
     ids=["all", "qkv", "proj+fc2"],
 )
 def test_apply_lora_on_esm2_adapts_the_targets_and_changes_nothing_at_init(targets):
-    from bionemo.lightning.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
+    from bionemo.layers.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
 
     model = esm2_model()
     tokens, valid = esm2_inputs()

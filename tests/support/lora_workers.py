@@ -31,12 +31,12 @@ def transformer_config():
 
 
 def parallel_linear(kind: str, fused: bool, skip_bias_add: bool, tensors: dict[str, torch.Tensor]):
-    """A column- or row-parallel layer (megatron's, or bionemo.lightning's fused-bias subclass) holding this rank's
+    """A column- or row-parallel layer (megatron's, or bionemo.layers' fused-bias subclass) holding this rank's
     shards of the whole ``weight`` / ``bias``."""
     from megatron.core import parallel_state
     from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
-    from bionemo.lightning.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
+    from bionemo.layers.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
 
     if kind == "column":
         cls = FusedBiasColumnParallelLinear if fused else ColumnParallelLinear

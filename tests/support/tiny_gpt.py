@@ -1,6 +1,6 @@
 """A tiny megatron-core GPT, its data and steps: a real model for the Lightning-layer tests.
 
-The attention is :class:`bionemo.lightning.SDPACoreAttention`, so the same model runs on CPU (gloo) and GPU.
+The attention is :class:`bionemo.layers.SDPACoreAttention`, so the same model runs on CPU (gloo) and GPU.
 The data is a learnable bigram pattern: x[t+1] = (5 * x[t] + 3) % vocab from a random start token.
 """
 
@@ -15,7 +15,8 @@ from megatron.core.transformer.transformer_config import TransformerConfig
 from torch.utils.data import Dataset
 
 from bionemo.core import BionemoTrainableModelConfig, compute_device
-from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule, sdpa_layer_spec
+from bionemo.layers import sdpa_layer_spec
+from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
 from bionemo.losses import MaskedTokenLossReduction
 
 

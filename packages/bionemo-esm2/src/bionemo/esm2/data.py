@@ -232,7 +232,7 @@ def training_data_step(dataloader_iter: Iterator[dict[str, Any]]) -> dict[str, A
     convention: a rank's loss covers its own positions; the model still takes every token, see
     :class:`bionemo.esm2.model.ESM2Model`).
     """
-    from bionemo.lightning.context_parallel import context_parallel_group, local_chunk
+    from bionemo.layers.context_parallel import context_parallel_group, local_chunk
 
     batch = data_step(dataloader_iter)
     group = context_parallel_group()

@@ -39,12 +39,13 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 from bionemo.core import BionemoTrainableModelConfig  # noqa: E402
 from bionemo.esm2.catalog import ESM_DEFAULTS  # noqa: E402
 from bionemo.esm2.hf import padded_vocab_size  # noqa: E402
-from bionemo.lightning import UnpaddedSequences, sdpa_layer_spec  # noqa: E402
-from bionemo.lightning.context_parallel import (  # noqa: E402
+from bionemo.layers import (  # noqa: E402
+    UnpaddedSequences,
     chunk_length,
     context_parallel_group,
     gather_sequence,
     local_chunk,
+    sdpa_layer_spec,
 )
 from bionemo.losses import MaskedTokenLossReduction  # noqa: E402
 
@@ -312,7 +313,7 @@ class ESM2Model(LanguageModule):
         ``output_logits=False`` skips the LM head (the logits output is None).
 
         Context parallelism (``context_parallel_size > 1``, padded batches): every rank embeds the whole batch and
-        runs the layers on its chunk of the sequence (:mod:`bionemo.lightning.context_parallel`). Outputs are
+        runs the layers on its chunk of the sequence (:mod:`bionemo.layers.context_parallel`). Outputs are
         gathered to the whole sequence, or with ``gather_context=False`` are this rank's chunk
         (``[ceil(s / cp), b, ...]``, zero-padded past the end): training takes the loss of each rank's chunk.
 

@@ -4,7 +4,7 @@ from collections.abc import Sequence
 
 import torch
 
-from bionemo.lightning import UnpaddedSequences
+from bionemo.layers import UnpaddedSequences
 
 __all__ = ["repad", "unpad"]
 

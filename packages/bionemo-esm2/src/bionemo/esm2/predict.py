@@ -199,7 +199,7 @@ def _varlen_attention_available(precision: str) -> bool:
         return False
     import torch
 
-    from bionemo.lightning import varlen_attention_available
+    from bionemo.layers import varlen_attention_available
 
     dtype = {"bf16": torch.bfloat16, "16": torch.float16}.get(precision.split("-")[0], torch.float32)
     return varlen_attention_available(dtype)

@@ -1,7 +1,7 @@
 """LoRA adapters on megatron-core's tensor-parallel linear layers, in plain torch (no Transformer Engine).
 
 A :class:`LoRALinear` wraps a ``ColumnParallelLinear`` or ``RowParallelLinear`` (or a subclass, such as
-:mod:`bionemo.lightning.fused_bias_linear`'s) and adds ``scale * dropout(x) @ A.T @ B.T`` to its output, with
+:mod:`bionemo.layers.fused_bias_linear`'s) and adds ``scale * dropout(x) @ A.T @ B.T`` to its output, with
 ``A [rank, in]`` (kaiming-uniform, as peft), ``B [out, rank]`` (zeros) and ``scale = alpha / rank``: the model is
 unchanged until ``B`` has trained. Under tensor parallelism the factors are split as NeMo's
 ``ParallelLinearAdapter`` splits its ``linear_in`` / ``linear_out``:
@@ -30,21 +30,16 @@ from typing import Any, Literal
 
 import torch
 import torch.nn.functional as F
-
-from bionemo.core.megatron_env import prepare_megatron_import
-
-prepare_megatron_import()  # before megatron-core's first import: it fails on machines with nvcc and no GPU
-
-from megatron.core.tensor_parallel import (  # noqa: E402
+from megatron.core.tensor_parallel import (
     ColumnParallelLinear,
     RowParallelLinear,
     copy_to_tensor_model_parallel_region,
     reduce_from_tensor_model_parallel_region,
 )
-from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes  # noqa: E402
-from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint  # noqa: E402
+from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attributes
+from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint
 
-from bionemo.layers._tensor_parallel import gather_along, gather_last_dim, group_size, shard_of  # noqa: E402
+from bionemo.layers._tensor_parallel import gather_along, gather_last_dim, group_size, shard_of
 
 __all__ = [
     "LoRAConfig",

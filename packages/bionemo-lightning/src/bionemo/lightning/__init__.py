@@ -9,19 +9,19 @@ from bionemo.lightning import _megatron_ready  # noqa: F401  # isort: skip
 
 from typing import TYPE_CHECKING, Any
 
+from bionemo.layers import (  # re-exported for imports written before these moved to bionemo.layers
+    RotarySelfAttention,
+    SDPACoreAttention,
+    UnpaddedSequences,
+    sdpa_layer_spec,
+    varlen_attention_available,
+)
 from bionemo.lightning._parallel_init import ensure_model_parallel
 from bionemo.lightning.data import MegatronDataModule
 from bionemo.lightning.megatron_compat import MegatronCompatCallback
 from bionemo.lightning.module import BionemoLightningModule
 from bionemo.lightning.optimizer import default_megatron_optimizer, init_adam_state, torch_optimizer_from_config
 from bionemo.lightning.prediction import LightningPassthroughPredictionMixin
-from bionemo.lightning.rotary import RotarySelfAttention
-from bionemo.lightning.sdpa_attention import (
-    SDPACoreAttention,
-    UnpaddedSequences,
-    sdpa_layer_spec,
-    varlen_attention_available,
-)
 from bionemo.lightning.step_runner import LightningStepRunner, StepRunner, is_megatron_strategy
 
 if TYPE_CHECKING:

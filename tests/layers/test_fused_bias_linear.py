@@ -5,9 +5,9 @@ import torch
 from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 from megatron.core.transformer.transformer_config import TransformerConfig
 
+from bionemo.layers import fused_bias_linear as fused
+from bionemo.layers.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
 from bionemo.lightning import ensure_model_parallel
-from bionemo.lightning import fused_bias_linear as fused
-from bionemo.lightning.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
 from support.megatron_ddp import ddp_hook, give_main_grad
 
 PAIRS = [(FusedBiasColumnParallelLinear, ColumnParallelLinear), (FusedBiasRowParallelLinear, RowParallelLinear)]

@@ -12,8 +12,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from bionemo.layers.layer_norm import SWITCH, TritonLayerNorm, local_layer_norm
 from bionemo.lightning import ensure_model_parallel
-from bionemo.lightning.layer_norm import SWITCH, TritonLayerNorm, local_layer_norm
 
 # In a process started with TRITON_INTERPRET=1 (Triton's own jit helpers, e.g. tl.sum's, are interpreted only when
 # it is set before triton is imported): the kernel on CPU tensors against torch's LayerNorm in fp32
@@ -22,7 +22,7 @@ CHILD = """
 import json, sys
 import torch
 import torch.nn.functional as F
-from bionemo.lightning._layer_norm_triton import layer_norm_rows
+from bionemo.layers._layer_norm_triton import layer_norm_rows
 errors = {}
 for width, name in ((64, "float32"), (12, "float32"), (64, "bfloat16")):
     dtype = getattr(torch, name)
@@ -41,7 +41,7 @@ TRAINING_CHILD = """
 import json
 import torch
 import torch.nn.functional as F
-from bionemo.lightning._layer_norm_triton import TrainingLayerNorm
+from bionemo.layers._layer_norm_triton import TrainingLayerNorm
 errors = {}
 for rows, width, name in ((37, 64, "float32"), (10, 12, "float32"), (9, 64, "bfloat16")):
     dtype = getattr(torch, name)
@@ -116,7 +116,7 @@ def test_the_layer_spec_uses_it_unless_switched_off(monkeypatch):
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.transformer_block import TransformerBlock
 
-    from bionemo.lightning import sdpa_layer_spec
+    from bionemo.layers import sdpa_layer_spec
 
     ensure_model_parallel()
     for switch, expected in (("0", torch.nn.LayerNorm), (None, TritonLayerNorm)):

@@ -1,4 +1,4 @@
-"""The Triton kernel behind :func:`bionemo.lightning.rotary.apply_rotary` on GPUs (imported on first CUDA use).
+"""The Triton kernel behind :func:`bionemo.layers.rotary.apply_rotary` on GPUs (imported on first CUDA use).
 
 One pass per tensor: each program loads ``BLOCK_ROWS`` rows (one row = one token of one head) of a strided
 ``[s, b, heads, d]`` view (the query or key slice of megatron's fused QKV projection), rotates the two halves
@@ -11,7 +11,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bionemo.lightning._triton import cdiv, next_power_of_2
+from bionemo.layers._triton import cdiv, next_power_of_2
 
 __all__ = ["rotate_strided"]
 

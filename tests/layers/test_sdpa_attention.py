@@ -7,7 +7,7 @@ import torch
 from megatron.core.transformer.enums import AttnMaskType
 from megatron.core.transformer.transformer_config import TransformerConfig
 
-from bionemo.lightning import SDPACoreAttention
+from bionemo.layers import SDPACoreAttention
 
 
 def reference(q, k, v, allowed, bias=None):
@@ -101,7 +101,7 @@ def test_cuda_attention_dropout_draws_from_megatrons_model_parallel_rng_stream(m
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from bionemo.lightning import sdpa_attention
+    from bionemo.layers import sdpa_attention
 
     forks: list[bool] = []
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from bionemo.lightning._triton import cdiv, next_power_of_2
+from bionemo.layers._triton import cdiv, next_power_of_2
 
 triton = pytest.importorskip("triton")
 

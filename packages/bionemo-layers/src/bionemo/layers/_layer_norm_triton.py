@@ -1,4 +1,4 @@
-"""The Triton kernels behind :class:`bionemo.lightning.layer_norm.TritonLayerNorm` on GPUs (imported on first CUDA use).
+"""The Triton kernels behind :class:`bionemo.layers.layer_norm.TritonLayerNorm` on GPUs (imported on first CUDA use).
 
 Forward: one program per row (one token) loads the row once, takes mean and variance in fp32, normalizes, scales,
 shifts and stores in the output's dtype; for training it also keeps each row's mean and reciprocal standard
@@ -14,7 +14,7 @@ import torch
 import triton
 import triton.language as tl
 
-from bionemo.lightning._triton import cdiv, next_power_of_2
+from bionemo.layers._triton import cdiv, next_power_of_2
 
 __all__ = ["TrainingLayerNorm", "layer_norm_rows"]
 

@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 import torch
 
+from bionemo.layers.rotary import RotarySelfAttention, apply_rotary, rotary_tables
 from bionemo.lightning import ensure_model_parallel
-from bionemo.lightning.rotary import RotarySelfAttention, apply_rotary, rotary_tables
 
 
 def angles(n: int, d: int, *shape: int) -> torch.Tensor:
@@ -42,7 +42,7 @@ def _attention(module_class: type, config) -> Any:
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.spec_utils import build_module
 
-    from bionemo.lightning import sdpa_layer_spec
+    from bionemo.layers import sdpa_layer_spec
 
     spec = sdpa_layer_spec(AttnMaskType.padding).submodules.self_attention
     spec.module = module_class
@@ -55,7 +55,7 @@ def test_rotary_self_attention_equals_megatron_self_attention(unpadded):
     from megatron.core.transformer.attention import SelfAttention
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from bionemo.lightning import UnpaddedSequences
+    from bionemo.layers import UnpaddedSequences
 
     ensure_model_parallel()
     torch.manual_seed(0)
@@ -95,9 +95,9 @@ def test_rotary_self_attention_equals_megatron_self_attention(unpadded):
 
 
 def _interpreted_kernel_module(monkeypatch):
-    """A fresh copy of bionemo.lightning._rotary_triton whose kernel runs in Triton's CPU interpreter."""
+    """A fresh copy of bionemo.layers._rotary_triton whose kernel runs in Triton's CPU interpreter."""
     pytest.importorskip("triton")
-    import bionemo.lightning._rotary_triton as compiled
+    import bionemo.layers._rotary_triton as compiled
 
     monkeypatch.setenv("TRITON_INTERPRET", "1")
     spec = importlib.util.spec_from_file_location("_rotary_triton_interpreted", compiled.__file__)
@@ -138,7 +138,7 @@ def test_cosines_and_sines_are_made_once_per_angles_tensor_not_per_layer(monkeyp
     from megatron.core.transformer.transformer_block import TransformerBlock
     from megatron.core.transformer.transformer_config import TransformerConfig
 
-    from bionemo.lightning import rotary, sdpa_layer_spec
+    from bionemo.layers import rotary, sdpa_layer_spec
 
     ensure_model_parallel()
     calls = []
@@ -160,7 +160,7 @@ def test_cosines_and_sines_are_made_once_per_angles_tensor_not_per_layer(monkeyp
 
 def test_angles_made_under_inference_mode_are_shared_too(monkeypatch):
     """Unpadded prediction makes its angles inside ``torch.inference_mode`` (no version counter to read)."""
-    from bionemo.lightning import rotary
+    from bionemo.layers import rotary
 
     calls = []
     monkeypatch.setattr(rotary, "rotary_tables", lambda f, d: calls.append(d) or rotary_tables(f, d))

@@ -1,0 +1,256 @@
+"""A megatron-core core-attention module that calls torch's ``scaled_dot_product_attention``.
+
+Put it into a layer spec (``spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention``)
+to run megatron-core transformer layers without Transformer Engine: on CPU (megatron's own
+``DotProductAttention`` needs CUDA) and on GPUs, where torch dispatches to its fused flash / memory-efficient
+kernels instead of megatron's unfused local attention.
+
+Unpadded ("thd") batches: pass :class:`UnpaddedSequences` as megatron's ``packed_seq_params`` and the
+sequences concatenated as ``[T, 1, hidden]``. On CUDA in fp16/bf16 they run on torch's variable-length flash
+attention (``torch.nn.attention.varlen``: no padding, no mask, no layout copies); elsewhere on SDPA with a
+block-diagonal mask (the same maths, ``T x T`` memory: for tests and small inputs).
+"""
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from megatron.core import tensor_parallel
+from megatron.core.packed_seq_params import PackedSeqParams
+from megatron.core.transformer.enums import AttnMaskType
+from megatron.core.transformer.module import MegatronModule
+from megatron.core.transformer.spec_utils import ModuleSpec
+from megatron.core.transformer.transformer_config import TransformerConfig
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+try:  # torch >= 2.9
+    from torch.nn.attention.varlen import varlen_attn
+except ImportError:  # pragma: no cover - older torch: the block-diagonal fallback
+    varlen_attn = None
+
+__all__ = ["SDPACoreAttention", "UnpaddedSequences", "sdpa_layer_spec", "varlen_attention_available"]
+
+_CAUSAL_MASK_TYPES = frozenset({AttnMaskType.causal, AttnMaskType.padding_causal, AttnMaskType.causal_bottom_right})
+"""megatron's mask types under which a query attends to no later key (``causal_bottom_right``: aligned to the
+last key when there are more keys than queries; the others to the first)."""
+
+MASKED_BACKENDS = [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]
+"""SDPA kernels for masked (padded) batches on CUDA: not cuDNN's. torch 2.11 picks cuDNN attention for masked
+bf16 inputs on an H200 and plans it anew for every new shape, as length-sorted prediction batches all are: the
+planning takes longer per layer call than the memory-efficient kernel takes to run
+(docs/benchmarks.md#prediction-loop)."""
+
+
+def _on_cuda(tensor: torch.Tensor) -> bool:
+    return tensor.is_cuda
+
+
+def _scores_mask(
+    mask_type: AttnMaskType,
+    attention_mask: torch.Tensor | None,
+    attention_bias: torch.Tensor | None,
+    queries: int,
+    keys: int,
+    device: torch.device,
+) -> tuple[torch.Tensor | None, bool]:
+    """SDPA's ``attn_mask`` (boolean, ``True`` = attend; or the float bias with ``-inf`` where not) and ``is_causal``.
+
+    Causality stays SDPA's ``is_causal`` only when nothing else is masked or added (its fast path); otherwise the
+    lower-triangular ``[queries, keys]`` mask joins megatron's ``attention_mask`` and the bias.
+    """
+    allowed = None if attention_mask is None else ~attention_mask.bool()
+    causal = mask_type in _CAUSAL_MASK_TYPES
+    bottom_right = mask_type == AttnMaskType.causal_bottom_right and keys != queries
+    if causal and (allowed is not None or attention_bias is not None or bottom_right):
+        diagonal = keys - queries if bottom_right else 0
+        lower = torch.ones(queries, keys, dtype=torch.bool, device=device).tril(diagonal=diagonal)
+        allowed = lower if allowed is None else allowed & lower
+        causal = False
+    if attention_bias is None:
+        return allowed, causal
+    if allowed is None:
+        return attention_bias, causal
+    return torch.where(allowed, attention_bias, float("-inf")), causal
+
+
+def varlen_attention_available(dtype: torch.dtype) -> bool:
+    """Whether :class:`UnpaddedSequences` run on a variable-length flash kernel here (CUDA, fp16 / bf16)."""
+    return varlen_attn is not None and torch.cuda.is_available() and dtype in (torch.float16, torch.bfloat16)
+
+
+@dataclass
+class UnpaddedSequences(PackedSeqParams):
+    """Sequences concatenated without padding (megatron's ``thd`` format), for :class:`SDPACoreAttention`.
+
+    ``cu_seqlens_q`` / ``cu_seqlens_kv`` stay None so that megatron applies rotary embeddings token by token
+    (give them per token, ``[T, 1, head_dim]``) instead of its Python loop over sequences; the boundaries are
+    ``boundaries`` (int32 ``[n + 1]``, on the device), ``longest`` (host int), ``sequence_ids`` (``[T]``,
+    which sequence each token belongs to) and ``positions`` (``[T]``, each token's position in its sequence).
+    """
+
+    boundaries: torch.Tensor | None = None
+    longest: int = 0
+    sequence_ids: torch.Tensor | None = None
+    positions: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        self.qkv_format = "thd"
+
+
+class SDPACoreAttention(MegatronModule):
+    """Core attention (softmax(QK^T / sqrt(d)) V) through ``torch.nn.functional.scaled_dot_product_attention``.
+
+    Takes megatron's ``[s, b, heads, head_dim]`` query/key/value (heads local to this tensor-parallel rank;
+    fewer key/value heads for grouped-query attention) and returns ``[s, b, heads * head_dim]``.
+    ``attention_mask`` follows megatron: boolean, ``True`` where attention is *not* allowed, broadcastable to
+    ``[b, heads, s_q, s_k]``; ``attention_bias`` (float, broadcastable to the same) is added to the scaled scores.
+    Causal masking comes from ``attn_mask_type`` (``causal``, ``padding_causal``, ``causal_bottom_right``) and
+    applies together with both: softmax(QK^T / sqrt(d) + bias) V over the keys neither masks out.
+
+    Context parallelism (bidirectional attention only): query, key and value hold this rank's chunk of the
+    sequence (:mod:`bionemo.layers.context_parallel`); keys and values of the whole sequence are gathered
+    and ``attention_mask`` covers the whole (padded) sequence of keys.
+    """
+
+    def __init__(
+        self,
+        config: TransformerConfig,
+        layer_number: int,
+        attn_mask_type: AttnMaskType,
+        attention_type: str,
+        attention_dropout: float | None = None,
+        softmax_scale: float | None = None,
+        cp_comm_type: str | None = None,
+        pg_collection: Any = None,
+    ) -> None:
+        super().__init__(config=config)
+        if config.context_parallel_size > 1 and attn_mask_type in _CAUSAL_MASK_TYPES:
+            raise ValueError(
+                f"SDPACoreAttention supports context_parallel_size={config.context_parallel_size} for bidirectional "
+                "attention only (attn_mask_type padding or no_mask); causal models: use Transformer Engine attention"
+            )
+        self.context_parallel = config.context_parallel_size > 1
+        self.attn_mask_type = attn_mask_type
+        self.dropout_p = config.attention_dropout if attention_dropout is None else attention_dropout
+        self.softmax_scale = softmax_scale
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attention_mask: torch.Tensor | None,
+        attn_mask_type: AttnMaskType | None = None,
+        attention_bias: torch.Tensor | None = None,
+        packed_seq_params: Any = None,
+    ) -> torch.Tensor:
+        """Attend ``query`` over ``key``/``value``; see the class docstring for shapes and the mask."""
+        if isinstance(packed_seq_params, UnpaddedSequences):
+            return self._attend_unpadded(query, key, value, packed_seq_params)
+        if packed_seq_params is not None:
+            raise ValueError("SDPACoreAttention takes packed sequences as UnpaddedSequences only (packed_seq_params)")
+        mask_type = attn_mask_type if attn_mask_type is not None else self.attn_mask_type
+        if self.context_parallel:
+            key, value = self._whole_sequence(key, value)
+        seq, batch, heads, head_dim = query.shape
+        q, k, v = (t.permute(1, 2, 0, 3) for t in (query, key, value))  # [b, h, s, d]
+        mask, causal = _scores_mask(mask_type, attention_mask, attention_bias, q.shape[2], k.shape[2], q.device)
+        dropout = self.dropout_p if self.training else 0.0
+        kernels = sdpa_kernel(MASKED_BACKENDS) if mask is not None and query.is_cuda else contextlib.nullcontext()
+        with self._dropout_rng(query, dropout), kernels:
+            out = F.scaled_dot_product_attention(
+                q,
+                k,
+                v,
+                attn_mask=mask,
+                dropout_p=dropout,
+                is_causal=causal,
+                scale=self.softmax_scale,
+                enable_gqa=k.shape[1] != heads,
+            )
+        return out.permute(2, 0, 1, 3).reshape(seq, batch, heads * head_dim)
+
+    def _whole_sequence(self, key: torch.Tensor, value: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keys and values of every context-parallel rank's chunk, in sequence order."""
+        from bionemo.layers.context_parallel import context_parallel_group, gather_keys
+
+        group = context_parallel_group()
+        if group is None:
+            raise RuntimeError("context_parallel_size > 1 but megatron's context-parallel group is not initialized")
+        return gather_keys(key, group), gather_keys(value, group)
+
+    def _dropout_rng(self, query: torch.Tensor, dropout: float) -> contextlib.AbstractContextManager[Any]:
+        """Megatron's model-parallel CUDA RNG stream for attention dropout, as its ``DotProductAttention`` uses.
+
+        Tensor-parallel ranks hold different heads and must draw different masks: the default generator is
+        seeded alike on every rank, the tracker's ``model-parallel-rng`` state per rank. CPU dropout uses the CPU
+        generator (the tracker is CUDA-only); with sequence parallelism megatron keeps the default stream too.
+        """
+        tracker = tensor_parallel.get_cuda_rng_tracker()
+        if dropout == 0.0 or not _on_cuda(query) or self.config.sequence_parallel or tracker is None:
+            return contextlib.nullcontext()
+        return tracker.fork()
+
+    def _attend_unpadded(
+        self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, packed: UnpaddedSequences
+    ) -> torch.Tensor:
+        """``[T, heads, head_dim]`` query/key/value of concatenated sequences -> ``[T, heads * head_dim]``."""
+        if self.attn_mask_type in _CAUSAL_MASK_TYPES or (self.training and self.dropout_p > 0):
+            raise ValueError("unpadded sequences: bidirectional attention without dropout only (prediction)")
+        if self.context_parallel:
+            raise ValueError("unpadded sequences: context_parallel_size 1 only")
+        tokens, heads, head_dim = query.shape
+        bounds = packed.boundaries
+        if (
+            varlen_attn is not None
+            and bounds is not None
+            and query.is_cuda
+            and query.dtype in (torch.float16, torch.bfloat16)
+        ):
+            out = varlen_attn(
+                query, key, value, bounds, bounds, packed.longest, packed.longest,
+                scale=self.softmax_scale,
+            )  # fmt: skip
+            return out.reshape(tokens, heads * head_dim)  # pyright: ignore[reportAttributeAccessIssue]
+        ids = packed.sequence_ids
+        assert ids is not None, "UnpaddedSequences.sequence_ids is needed off CUDA / in fp32"
+        same_sequence = ids[:, None] == ids[None, :]
+        q, k, v = (t.transpose(0, 1).unsqueeze(0) for t in (query, key, value))  # [1, h, T, d]
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=same_sequence, scale=self.softmax_scale, enable_gqa=k.shape[1] != heads
+        )
+        return out[0].transpose(0, 1).reshape(tokens, heads * head_dim)
+
+
+def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> ModuleSpec:
+    """megatron-core's local (no Transformer Engine) transformer-layer spec with :class:`SDPACoreAttention`.
+
+    Self-attention is :class:`bionemo.layers.rotary.RotarySelfAttention` (megatron's, with a fused RoPE); the
+    linear layers add their bias inside the matrix multiply without tensor parallelism
+    (:mod:`bionemo.layers.fused_bias_linear`); the layers' LayerNorms are :mod:`bionemo.layers.layer_norm`'s
+    (:class:`~bionemo.layers.layer_norm.TritonLayerNorm` unless ``BIONEMO_TRITON_LAYERNORM=0``).
+
+    Args:
+        attn_mask_type: ``causal`` for decoders (GPT), ``padding`` for bidirectional encoders (BERT, ESM-2).
+    """
+    from megatron.core.models.gpt.gpt_layer_specs import get_gpt_layer_local_spec
+    from megatron.core.transformer.torch_norm import WrappedTorchNorm
+
+    from bionemo.layers.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
+    from bionemo.layers.layer_norm import local_layer_norm
+    from bionemo.layers.rotary import RotarySelfAttention
+
+    spec = get_gpt_layer_local_spec()
+    # torch's LayerNorm (no Apex): the Triton one unless switched off
+    for name in ("input_layernorm", "pre_mlp_layernorm"):
+        if getattr(spec.submodules, name) is WrappedTorchNorm:
+            setattr(spec.submodules, name, local_layer_norm)
+    spec.submodules.self_attention.module = RotarySelfAttention
+    attention, mlp = spec.submodules.self_attention.submodules, spec.submodules.mlp.submodules
+    attention.linear_qkv, attention.linear_proj = FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
+    mlp.linear_fc1, mlp.linear_fc2 = FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
+    spec.submodules.self_attention.params = {"attn_mask_type": attn_mask_type}
+    spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
+    return spec
