@@ -10,6 +10,7 @@ from typing import Any
 
 import lightning.pytorch as pl
 import pytest
+from lightning.pytorch.plugins.environments import LightningEnvironment, TorchElasticEnvironment
 from typer.testing import CliRunner
 
 import bionemo.recipes.registry as registry
@@ -58,9 +59,12 @@ def handler(tmp_path: Path) -> Iterator[InterruptCheckpoint]:
         callback.on_train_end(trainer, pl.LightningModule())
 
 
-def stopped_after_step(callback: InterruptCheckpoint, step: int = 7) -> TrainingInterrupted | None:
-    """What the callback raises at the end of training step ``step`` of a one-process run."""
-    trainer: Any = SimpleNamespace(world_size=1, global_step=step, is_global_zero=True)
+def stopped_after_step(
+    callback: InterruptCheckpoint, step: int = 7, environment: Any = None
+) -> TrainingInterrupted | None:
+    """What the callback raises at the end of training step ``step`` of a one-process run in ``environment``."""
+    strategy = SimpleNamespace(cluster_environment=environment or LightningEnvironment())
+    trainer: Any = SimpleNamespace(world_size=1, global_step=step, is_global_zero=True, strategy=strategy)
     try:
         callback.on_train_batch_end(trainer, pl.LightningModule(), None, None, 0)
     except TrainingInterrupted as stop:
@@ -95,6 +99,21 @@ def test_sigterm_is_never_a_second_ctrl_c_and_wins_over_sigint(clock, handler):
     stop = stopped_after_step(handler)
     assert stop is not None
     assert (stop.signal, stop.code) == (signal.SIGTERM, 143)
+
+
+@pytest.mark.parametrize(
+    ("environment", "local_rank", "status"),
+    [(LightningEnvironment, "1", 0), (LightningEnvironment, "0", 143), (TorchElasticEnvironment, "1", 143)],
+)
+def test_only_the_processes_lightnings_launcher_started_exit_0(handler, monkeypatch, environment, local_rank, status):
+    # its observer SIGKILLs the user's process when one of them exits non-zero, before that one has reported
+    monkeypatch.setenv("LOCAL_RANK", local_rank)
+    for name, value in {"WORLD_SIZE": "2", "RANK": local_rank, "GROUP_RANK": "0", "TORCHELASTIC_RUN_ID": "x"}.items():
+        monkeypatch.setenv(name, value)
+    signal.raise_signal(signal.SIGTERM)
+    stop = stopped_after_step(handler, environment=environment())
+    assert stop is not None
+    assert (stop.signal, stop.status, stop.code) == (signal.SIGTERM, status, status)
 
 
 def test_nothing_received_nothing_stops(handler):

@@ -165,7 +165,7 @@ def _run(
     except _training_interrupted() as stop:  # evaluated only when something other than a SettingsError is raised
         if stop.report:
             typer.echo(_interrupted(stop, file, overrides, ctx), err=True)
-        raise typer.Exit(128 + int(stop.signal)) from None
+        raise typer.Exit(stop.status) from None
     except (KeyboardInterrupt, SystemExit) as error:
         if not _is_ctrl_c(error):
             raise

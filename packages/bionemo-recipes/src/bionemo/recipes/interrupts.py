@@ -18,6 +18,11 @@ scheduler sent, and the process group's own copy arrives too, milliseconds apart
 :data:`DUPLICATE_SIGNAL_WINDOW_S` of the first are that one interrupt; a Ctrl-C after that is the user's second
 one and stops at once (:class:`TrainingAborted`), without saving.
 
+The processes Lightning's own launcher started (``--devices 2`` run without torchrun or SLURM) exit 0 after such
+a stop, and only the process the user started exits 128 + the signal: that launcher watches its children and
+SIGKILLs every process, the user's included, as soon as one of them exits non-zero, which would cut the user's
+process short in its save or its report.
+
 Imports Lightning: import this module inside commands, not at ``bionemo --help`` time.
 """
 
@@ -32,6 +37,7 @@ from typing import Any
 import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import Checkpoint
+from lightning.pytorch.plugins.environments import LightningEnvironment
 from typing_extensions import override
 
 __all__ = ["DUPLICATE_SIGNAL_WINDOW_S", "InterruptCheckpoint", "TrainingAborted", "TrainingInterrupted", "aborted_by"]
@@ -46,12 +52,17 @@ class TrainingInterrupted(SystemExit):
     """Raised on every rank after the training step during which SIGINT or SIGTERM arrived.
 
     A ``SystemExit`` with code 128 + the signal's number (130 for SIGINT, 143 for SIGTERM): uncaught, the process
-    exits with the status a shell reports for a process stopped by that signal.
+    exits with the status a shell reports for a process stopped by that signal. Code 0 in a process that
+    Lightning's launcher started (``launched``): see the module's docstring.
     """
 
-    def __init__(self, signum: signal.Signals, step: int, *, checkpoint_dir: Path, report: bool) -> None:
+    def __init__(
+        self, signum: signal.Signals, step: int, *, checkpoint_dir: Path, report: bool, launched: bool = False
+    ) -> None:
         """The interruption by ``signum`` after optimizer step ``step``; ``report`` on the rank that tells the user."""
-        super().__init__(128 + int(signum))
+        self.status = 0 if launched else 128 + int(signum)
+        """The process's exit status: 128 + the signal's number, or 0 in a process Lightning's launcher started."""
+        super().__init__(self.status)
         self.signal = signum
         """The signal received (by at least one rank)."""
         self.step = step
@@ -95,6 +106,12 @@ def aborted_by(error: BaseException) -> TrainingAborted | None:
         seen.add(id(cause))
         cause = cause.__context__
     return None
+
+
+def _started_by_lightning(trainer: pl.Trainer) -> bool:
+    """True in a process that Lightning's subprocess launcher started: local rank > 0 under its own environment."""
+    environment = getattr(trainer.strategy, "cluster_environment", None)
+    return isinstance(environment, LightningEnvironment) and environment.local_rank() > 0
 
 
 class InterruptCheckpoint(Checkpoint):
@@ -160,6 +177,7 @@ class InterruptCheckpoint(Checkpoint):
                 trainer.global_step,
                 checkpoint_dir=Path(self.dirpath),
                 report=trainer.is_global_zero,
+                launched=_started_by_lightning(trainer),
             )
 
     @override
