@@ -10,7 +10,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 import pytest
-from lightning.pytorch.plugins.environments import LightningEnvironment, TorchElasticEnvironment
+from lightning.fabric.plugins.environments.lightning import LightningEnvironment
+from lightning.fabric.plugins.environments.torchelastic import TorchElasticEnvironment
 from typer.testing import CliRunner
 
 import bionemo.recipes.registry as registry

@@ -36,8 +36,8 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.fabric.plugins.environments.lightning import LightningEnvironment
 from lightning.pytorch.callbacks import Checkpoint
-from lightning.pytorch.plugins.environments import LightningEnvironment
 from typing_extensions import override
 
 __all__ = ["DUPLICATE_SIGNAL_WINDOW_S", "InterruptCheckpoint", "TrainingAborted", "TrainingInterrupted", "aborted_by"]
