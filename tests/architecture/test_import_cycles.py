@@ -40,11 +40,6 @@ KNOWN_DEFERRED_CYCLES = {
             "bionemo.esm2.finetune.train",
         }
     ),
-    # Inside bionemo.lightning: module -> step_runner -> _nemo/step_runner -> module (the last edge is a
-    # TYPE_CHECKING import; what runs is step_runner -> _nemo/step_runner -> step_runner).
-    "module -> step_runner -> _nemo/step_runner -> module": frozenset(
-        {"bionemo.lightning.step_runner", "bionemo.lightning._nemo.step_runner"}
-    ),
 }
 """Cycles (as the set of modules each strongly connected part holds) closed only by imports inside functions."""
 

@@ -148,7 +148,7 @@ class BionemoLightningModule(
         first = next(batches)
         if _is_empty(first):
             return None
-        with using_device(self._compute_device()):  # bionemo.core.compute_device() inside the data step
+        with using_device(self.compute_device()):  # bionemo.core.compute_device() inside the data step
             return self._data_step(itertools.chain([first], batches))
 
     def forward_step(self, batch: Any) -> Any:
@@ -284,11 +284,11 @@ class BionemoLightningModule(
         """Lightning's ``log`` for the epoch's token-weighted ``val_loss`` (see :meth:`log`)."""
         super().log(name, value, *args, **kwargs)
 
-    # --- internals -------------------------------------------------------------------------------------
-
-    def _compute_device(self) -> torch.device:
+    def compute_device(self) -> torch.device:
         """The trainer's device (``--accelerator cpu`` on a GPU machine is the CPU); without a trainer, the module's."""
         return self.trainer.strategy.root_device if self._trainer is not None else self.device
+
+    # --- internals -------------------------------------------------------------------------------------
 
     def _step_runner(self) -> StepRunner:
         """The step runner of the trainer's strategy (:func:`~bionemo.lightning.step_runner.step_runner_for`)."""

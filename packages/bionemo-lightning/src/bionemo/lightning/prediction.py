@@ -1,8 +1,12 @@
-"""The pass-through prediction contract: predict with the model's raw outputs."""
+"""The pass-through prediction contract: predict with the model's raw outputs, each sample's position beside them."""
 
+from collections.abc import Mapping
+from typing import Any
+
+from bionemo.callbacks import DEFAULT_INDEX_KEY
 from bionemo.losses import PassthroughLossReduction
 
-__all__ = ["LightningPassthroughPredictionMixin"]
+__all__ = ["LightningPassthroughPredictionMixin", "with_sample_index"]
 
 
 class LightningPassthroughPredictionMixin:
@@ -16,3 +20,10 @@ class LightningPassthroughPredictionMixin:
     def predict_loss_reduction(self) -> PassthroughLossReduction:
         """The reduction used by ``trainer.predict``: outputs pass through and are collated."""
         return PassthroughLossReduction()
+
+
+def with_sample_index(output: Any, batch: Any) -> Any:
+    """``output`` with the batch's ``sample_index`` (each sample's input position) when both are dicts."""
+    if isinstance(output, Mapping) and isinstance(batch, Mapping) and DEFAULT_INDEX_KEY in batch:
+        return {**output, DEFAULT_INDEX_KEY: batch[DEFAULT_INDEX_KEY]}
+    return output

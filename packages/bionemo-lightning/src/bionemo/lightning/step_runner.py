@@ -19,17 +19,17 @@ strategy by its class, without importing ``nemo``.
 
 import dataclasses
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Sampler
 
-from bionemo.callbacks import DEFAULT_INDEX_KEY
 from bionemo.lightning._parallel_init import ensure_model_parallel
 from bionemo.lightning.global_batches import BatchLayout, GlobalBatchSampler
 from bionemo.lightning.optimizer import torch_optimizer_from_config
+from bionemo.lightning.prediction import with_sample_index
 from bionemo.losses import ParallelGroups, all_reduce_sum
 
 if TYPE_CHECKING:
@@ -44,7 +44,6 @@ __all__ = [
     "is_megatron_strategy",
     "step_runner_for",
     "trainer_callbacks",
-    "with_sample_index",
 ]
 
 _MEGATRON_STRATEGY = ("nemo.", "MegatronStrategy")
@@ -130,13 +129,6 @@ def step_runner_for(trainer: pl.Trainer | None) -> StepRunner:
     return MEGATRON_STEP_RUNNER
 
 
-def with_sample_index(output: Any, batch: Any) -> Any:
-    """``output`` with the batch's ``sample_index`` (each sample's input position) when both are dicts."""
-    if isinstance(output, Mapping) and isinstance(batch, Mapping) and DEFAULT_INDEX_KEY in batch:
-        return {**output, DEFAULT_INDEX_KEY: batch[DEFAULT_INDEX_KEY]}
-    return output
-
-
 @dataclasses.dataclass
 class _StepOutputs:
     """What the micro-batches of the current optimizer step returned, under Lightning's own strategies."""
@@ -180,7 +172,7 @@ class LightningStepRunner:
 
     def prepare_model(self, module: "BionemoLightningModule") -> None:
         """Set up megatron's model-parallel state (size 1), which nobody else does off MegatronStrategy."""
-        ensure_model_parallel(cuda=module._compute_device().type == "cuda")
+        ensure_model_parallel(cuda=module.compute_device().type == "cuda")
 
     def data_parallel_size(self, trainer: pl.Trainer) -> int:
         """Every process is a model replica (no model parallelism on Lightning's strategies)."""

@@ -18,7 +18,7 @@ from torch.utils.data import DataLoader, Sampler
 
 from bionemo.lightning.global_batches import BatchLayout
 from bionemo.lightning.optimizer import init_adam_state
-from bionemo.lightning.step_runner import with_sample_index
+from bionemo.lightning.prediction import with_sample_index
 
 if TYPE_CHECKING:
     from bionemo.lightning.data import MegatronDataModule
