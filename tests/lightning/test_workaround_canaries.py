@@ -13,7 +13,6 @@ import torch
 from torch.utils.data import DataLoader
 
 from bionemo.lightning.workarounds import (
-    COLLECT_GARBAGE_BEFORE_PREDICT,
     DISTRIBUTED_OPTIMIZER_STEP,
     MODELOPT_STAND_INS,
     MULTI_TENSOR_FOREACH,
@@ -41,7 +40,6 @@ def test_work_arounds_without_upstream_sources_patch_nothing():
     for workaround in WORKAROUNDS:
         if not workaround.sources:
             assert workaround.install is None, workaround.name
-    assert COLLECT_GARBAGE_BEFORE_PREDICT.install is None
 
 
 def test_names_are_unique_and_name_their_modules():

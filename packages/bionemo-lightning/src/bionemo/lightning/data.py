@@ -1,16 +1,18 @@
 """A datamodule that serves map-style datasets under MegatronStrategy and Lightning's own strategies alike."""
 
 import functools
+import gc
 from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
+import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 from typing_extensions import override
 
+from bionemo.lightning.batch_limits import scale_limits_to_steps
 from bionemo.lightning.global_batches import BatchLayout
 from bionemo.lightning.step_runner import step_runner_for
-from bionemo.lightning.workarounds.limit_batches_to_steps import scale_limits_to_steps
 
 __all__ = ["MegatronDataModule"]
 
@@ -42,7 +44,7 @@ class MegatronDataModule(pl.LightningDataModule):
             multiple of ``micro_batch_size`` times the data-parallel size. ``None`` means ``micro_batch_size``
             times the data-parallel size (one micro-batch per rank per step).
         seq_length: Sequence length megatron's pipeline schedule uses for its buffers.
-        num_workers: DataLoader worker processes.
+        num_workers: DataLoader worker processes (forked; with CUDA initialized, garbage is collected first).
         pin_memory: Collate into page-locked host memory, so that copies to the GPU are asynchronous.
         collate_fn: Batch collate function (default: torch's ``default_collate``).
         shuffle_train: Shuffle the training data (megatron's random sampler under MegatronStrategy; a permutation
@@ -156,6 +158,10 @@ class MegatronDataModule(pl.LightningDataModule):
         dataset = self.datasets[mode]
         if dataset is None:
             raise ValueError(f"MegatronDataModule has no {mode} dataset; pass {mode.replace('validation', 'val')}=")
+        if self.num_workers > 0 and torch.cuda.is_initialized():
+            # forked workers inherit uncollected garbage; a CUDA tensor among it, freed in a worker, kills the
+            # worker with a CUDA initialization error (predicting in the process that trained, say)
+            gc.collect()
         runner = step_runner_for(self.trainer)
         sampler = None
         if mode == "train" and self.trainer is not None:

@@ -14,7 +14,6 @@ name                                 stages    what it works around
 ``step_without_distillation_shapes`` all       NeMo imports ``nemo.collections.llm`` on every step
 ``predict_without_sampler_log``      predict   NeMo's data sampler logs in predict (Lightning forbids it)
 ``limit_batches_to_steps``           fit       an int ``limit_val_batches`` counts micro-batches, not steps
-``collect_garbage_before_predict``   predict   forked DataLoader workers died on CUDA garbage left from fit
 ``predict_loop_keep_predictions``    predict   Lightning's ``UnboundLocalError: any_on_epoch`` when not returning
 ``modelopt_stand_ins``               all       NeMo's checkpoint save / load import ``nemo.collections.llm``
 ``distributed_optimizer_step``       fit       megatron's distributed optimizer cannot resume torch Adam state
@@ -40,9 +39,9 @@ from typing import TYPE_CHECKING
 import lightning.pytorch as pl
 from typing_extensions import override
 
+from bionemo.lightning.batch_limits import scale_limits_to_steps
 from bionemo.lightning.step_runner import is_megatron_strategy
 from bionemo.lightning.workarounds import (
-    COLLECT_GARBAGE_BEFORE_PREDICT,
     DISTRIBUTED_OPTIMIZER_STEP,
     FAST_METRIC_TO,
     FUSED_ADAM,
@@ -56,9 +55,8 @@ from bionemo.lightning.workarounds import (
     Patches,
     Workaround,
 )
-from bionemo.lightning.workarounds.collect_garbage_before_predict import collect_garbage
 from bionemo.lightning.workarounds.fused_adam import fuse_adam
-from bionemo.lightning.workarounds.limit_batches_to_steps import scale_fit_limits, scale_limits_to_steps
+from bionemo.lightning.workarounds.limit_batches_to_steps import scale_fit_limits
 from bionemo.lightning.workarounds.modelopt_stand_ins import checkpoint_with_stand_ins, register_stand_ins
 from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
 from bionemo.lightning.workarounds.predict_loop_keep_predictions import keep_predictions, stop_keeping_predictions
@@ -152,8 +150,6 @@ class MegatronCompatCallback(pl.Callback):
             stop_sampler_log(trainer, self._patches)
         if self._use(PREDICT_LOOP_KEEP_PREDICTIONS):
             self._keeping_nothing = keep_predictions(trainer, self._patches)
-        if self._use(COLLECT_GARBAGE_BEFORE_PREDICT):
-            collect_garbage()
 
     @override
     def on_predict_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:

@@ -7,7 +7,6 @@ teardown. :data:`WORKAROUNDS` lists them in the order they are applied.
 """
 
 from bionemo.lightning.workarounds.cached_signatures import CACHED_SIGNATURES
-from bionemo.lightning.workarounds.collect_garbage_before_predict import COLLECT_GARBAGE_BEFORE_PREDICT
 from bionemo.lightning.workarounds.distributed_optimizer_step import DISTRIBUTED_OPTIMIZER_STEP
 from bionemo.lightning.workarounds.fast_metric_to import FAST_METRIC_TO
 from bionemo.lightning.workarounds.fused_adam import FUSED_ADAM
@@ -23,7 +22,6 @@ WORKAROUNDS: tuple[Workaround, ...] = (
     STEP_WITHOUT_DISTILLATION_SHAPES,
     PREDICT_WITHOUT_SAMPLER_LOG,
     LIMIT_BATCHES_TO_STEPS,
-    COLLECT_GARBAGE_BEFORE_PREDICT,
     PREDICT_LOOP_KEEP_PREDICTIONS,
     MODELOPT_STAND_INS,
     DISTRIBUTED_OPTIMIZER_STEP,
@@ -35,7 +33,6 @@ WORKAROUNDS: tuple[Workaround, ...] = (
 
 __all__ = [
     "CACHED_SIGNATURES",
-    "COLLECT_GARBAGE_BEFORE_PREDICT",
     "DISTRIBUTED_OPTIMIZER_STEP",
     "FAST_METRIC_TO",
     "FUSED_ADAM",

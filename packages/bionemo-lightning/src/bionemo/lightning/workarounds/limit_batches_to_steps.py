@@ -5,14 +5,17 @@ micro-batches, since the strategy's step consumes ``num_microbatches`` batches o
 Below the micro-batches per step, validation silently never ran (the ``StopIteration`` is swallowed). At
 ``fit`` start they are multiplied by the micro-batches per step, unless the datamodule does this itself in
 NeMo's ``reconfigure_limit_batches`` hook (as :class:`bionemo.lightning.data.MegatronDataModule` does, for
-every stage, with :func:`scale_limits_to_steps`). The callback restores the given limits at teardown.
+every stage, with :func:`bionemo.lightning.batch_limits.scale_limits_to_steps`): this work-around is the
+fallback for other datamodules, and removing it removes nothing they rely on. The callback restores the given
+limits at teardown.
 """
 
 import lightning.pytorch as pl
 
+from bionemo.lightning.batch_limits import is_batch_count
 from bionemo.lightning.workarounds.workaround import Patches, Workaround
 
-__all__ = ["LIMIT_BATCHES_TO_STEPS", "scale_fit_limits", "scale_limits_to_steps"]
+__all__ = ["LIMIT_BATCHES_TO_STEPS", "scale_fit_limits"]
 
 _FIT_LIMITS = ("limit_val_batches", "num_sanity_val_steps")
 
@@ -26,23 +29,8 @@ def scale_fit_limits(trainer: pl.Trainer, patches: Patches) -> None:
     micro_batches = getattr(sampler, "num_microbatches", None) or 1
     for name in _FIT_LIMITS:
         value = getattr(trainer, name)
-        if _positive_int(value) and not patches.has(trainer, name):
+        if is_batch_count(value) and not patches.has(trainer, name):
             patches.set(trainer, name, value * micro_batches)
-
-
-def scale_limits_to_steps(trainer: pl.Trainer, names: tuple[str, ...], micro_batches: int) -> None:
-    """Multiply the trainer's positive int limits ``names`` by ``micro_batches``, each once per trainer."""
-    done: set[str] = trainer.__dict__.setdefault("_bionemo_scaled_limits", set())
-    for name in names:
-        value = getattr(trainer, name)
-        if name in done or not _positive_int(value):
-            continue
-        setattr(trainer, name, value * micro_batches)
-        done.add(name)
-
-
-def _positive_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
 
 
 LIMIT_BATCHES_TO_STEPS = Workaround(
