@@ -36,12 +36,12 @@ def main() -> None:
     from bionemo.core.megatron_env import prepare_megatron_import
 
     prepare_megatron_import()
-    from bionemo.esm2.checkpoint import load_checkpoint
+    from bionemo.esm2.checkpoints.load import load_checkpoint
+    from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.data import collate_proteins
     from bionemo.esm2.model import ESM2Config
     from bionemo.esm2.steps import _pseudo_loss_sums
     from bionemo.esm2.tokenizer import AMINO_ACIDS, ProteinTokenizer
-    from bionemo.esm2.weights import apply_weights
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()

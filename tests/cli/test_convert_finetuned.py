@@ -9,11 +9,11 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bionemo.cli.app import app
-from bionemo.esm2.checkpoint_header import read_checkpoint_header
+from bionemo.esm2.checkpoints.header import read_checkpoint_header
+from bionemo.esm2.checkpoints.weights import read_metadata, save_weights
 from bionemo.esm2.finetune.head_config import HeadConfig, HeadKind
 from bionemo.esm2.finetune.layout import head_shapes
 from bionemo.esm2.finetune.spec import FINETUNE_KEY, EncoderMode, FinetuneSpec, LoRASettings
-from bionemo.esm2.weights import read_metadata, save_weights
 from support.hf_esm import random_sequences
 from support.hf_finetuned import hf_logits, interleaved_qkv, random_hf_classifier
 
@@ -190,7 +190,7 @@ def test_lora_is_merged_into_the_exported_weights_and_the_peft_adapter_predicts_
 
 def _finetuned_file(tmp_path: Path, base: Path, head: HeadKind, lora: bool) -> Path:
     """A fine-tuned file on ``base``'s encoder with a random ``head`` (and random LoRA factors)."""
-    from bionemo.esm2.checkpoint import load_checkpoint
+    from bionemo.esm2.checkpoints.load import load_checkpoint
     from bionemo.esm2.finetune.layout import lora_shapes
     from bionemo.esm2.finetune.tasks import LabelVocabulary, Task
 

@@ -178,7 +178,7 @@ CHEAP_MODULES = (
     "bionemo.core.safetensors_header",
     "bionemo.esm2",
     "bionemo.esm2.readers",
-    "bionemo.esm2.checkpoint_header",
+    "bionemo.esm2.checkpoints.header",
     "bionemo.esm2.recipes",
     "bionemo.esm2.train",
     "bionemo.esm2.predict",

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bionemo.esm2.weights import apply_weights, read_weights, save_weights, unpadded
+from bionemo.esm2.checkpoints.weights import apply_weights, read_weights, save_weights, unpadded
 from bionemo.lightning import ensure_model_parallel
 from support.distributed import run_distributed
 from support.parallel_workers import esm2_config, esm2_inputs, esm2_logits, esm2_tp_worker

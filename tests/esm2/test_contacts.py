@@ -106,10 +106,10 @@ def test_from_hf_to_hf_keeps_the_contact_head_bit_exact(tmp_path, hf_folder):
     assert info["missing_keys"] == []  # nothing newly initialized: the contact head is the file's
     assert torch.equal(loaded.esm.contact_head.regression.weight.detach(), original[HEAD[0]])
     # the converted file predicts the same contacts as the folder it came from (the model, without the CLI)
-    from bionemo.esm2.checkpoint import load_checkpoint
+    from bionemo.esm2.checkpoints.load import load_checkpoint
+    from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.contacts import ContactHead
     from bionemo.esm2.model import ESM2Config
-    from bionemo.esm2.weights import apply_weights
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()
@@ -133,7 +133,7 @@ def test_from_hf_to_hf_keeps_the_contact_head_bit_exact(tmp_path, hf_folder):
 
 
 def test_checkpoints_without_a_contact_head_convert_and_refuse_contacts(tmp_path, hf_folder):
-    from bionemo.esm2.checkpoint_header import read_checkpoint_header
+    from bionemo.esm2.checkpoints.header import read_checkpoint_header
 
     assert read_checkpoint_header(hf_folder).contact_head is True
     assert read_checkpoint_header(BUNDLED_CHECKPOINT).contact_head is False
@@ -156,7 +156,7 @@ def test_checkpoints_without_a_contact_head_convert_and_refuse_contacts(tmp_path
 
 def test_pytorch_bin_folders_show_their_contact_head_once_read(tmp_path):
     from bionemo.esm2._common import checked_checkpoint
-    from bionemo.esm2.checkpoint_header import read_checkpoint_header
+    from bionemo.esm2.checkpoints.header import read_checkpoint_header
     from bionemo.esm2.predict import _check_contacts
 
     folder = tmp_path / "bin"
@@ -222,7 +222,7 @@ def test_layouts_that_cannot_see_every_attention_map_are_refused(tmp_path, hf_fo
 
 
 def test_the_step_and_the_model_refuse_maps_they_cannot_compute(hf_folder):
-    from bionemo.esm2.checkpoint import load_checkpoint
+    from bionemo.esm2.checkpoints.load import load_checkpoint
     from bionemo.esm2.contacts import ContactHead
     from bionemo.esm2.model import ESM2Config
     from bionemo.esm2.packing import unpad

@@ -2,7 +2,7 @@
 
 import dataclasses
 
-from bionemo.esm2.checkpoint_header import ESM_DEFAULTS
+from bionemo.esm2.checkpoints.header import ESM_DEFAULTS
 from bionemo.esm2.model import ESM2Config
 
 

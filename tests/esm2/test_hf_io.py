@@ -8,18 +8,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from bionemo.esm2.hf import (
+from bionemo.esm2.hf.files import bionemo_to_hf, hf_to_bionemo, load_hf_checkpoint, read_hf_tensors, write_hf_folder
+from bionemo.esm2.hf.layout import (
     ESM_VOCAB,
     CheckpointError,
-    bionemo_to_hf,
     hf_config,
-    hf_to_bionemo,
     is_hf_folder,
-    load_hf_checkpoint,
     padded_vocab_size,
     read_hf_config,
-    read_hf_tensors,
-    write_hf_folder,
 )
 from support.hf_esm import edit_weights, mutate_config
 

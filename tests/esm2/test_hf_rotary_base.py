@@ -8,8 +8,8 @@ from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 from bionemo.cli.app import app
+from bionemo.esm2.checkpoints.weights import read_metadata, read_weights, save_weights
 from bionemo.esm2.recipes import BUNDLED_CHECKPOINT
-from bionemo.esm2.weights import read_metadata, read_weights, save_weights
 from support.hf_esm import edit_weights, random_hf_esm
 
 runner = CliRunner()

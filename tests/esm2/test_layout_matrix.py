@@ -9,7 +9,7 @@ import lightning.pytorch as pl
 import pytest
 import torch
 
-from bionemo.esm2.weights import unpadded
+from bionemo.esm2.checkpoints.weights import unpadded
 from support.distributed import run_distributed
 from support.layout_matrix import STEPS, initial_weights, train_worker
 
@@ -65,10 +65,10 @@ def test_one_process_is_what_the_lightning_module_trains(start, one_process):
 
     from megatron.core.optimizer import OptimizerConfig
 
+    from bionemo.esm2.checkpoints.weights import apply_weights, full_state_dict
     from bionemo.esm2.data import MaskedProteinDataset, collate_proteins, training_data_step
     from bionemo.esm2.steps import forward_step
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.esm2.weights import apply_weights, full_state_dict
     from bionemo.lightning import BionemoLightningModule, MegatronDataModule, MegatronOptimizerModule
     from support.layout_matrix import GLOBAL, LR, MICRO, SEQUENCES, config, records
 

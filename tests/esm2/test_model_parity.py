@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from bionemo.esm2.checkpoint import load_checkpoint
+from bionemo.esm2.checkpoints.load import load_checkpoint
 from support.distributed import run_distributed
 from support.hf_esm import bionemo_outputs, esm2_hf_tp_worker, hf_outputs, padded_batch, random_hf_esm, random_sequences
 
@@ -34,8 +34,8 @@ def test_logits_and_hidden_states_match_transformers(tmp_path, hidden, heads, la
 
 def test_token_dropout_matches_transformers_with_masked_tokens(tmp_path):
     """<mask> tokens: zeroed embeddings, rescaled by the sequence's own mask ratio (no padding in the batch)."""
+    from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.model import ESM2Config
-    from bionemo.esm2.weights import apply_weights
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()
@@ -75,8 +75,8 @@ def test_tensor_parallel_2_over_gloo_matches_transformers(tmp_path):
     # weights held under TP=2 export whole: back to Hugging Face, the same logits as the original
     from transformers import EsmForMaskedLM
 
-    from bionemo.esm2.hf import bionemo_to_hf, write_hf_folder
-    from bionemo.esm2.weights import unpadded
+    from bionemo.esm2.checkpoints.weights import unpadded
+    from bionemo.esm2.hf.files import bionemo_to_hf, write_hf_folder
 
     model = load_checkpoint(tmp_path).model
     write_hf_folder(tmp_path / "export", bionemo_to_hf(unpadded(results[0]["full"], 33), model), model)

@@ -6,7 +6,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from bionemo.esm2.checkpoint import load_checkpoint
+from bionemo.esm2.checkpoints.load import load_checkpoint
 from bionemo.esm2.data import collate_proteins
 from bionemo.esm2.pseudo_perplexity import (
     PseudoPerplexityTimer,
@@ -42,9 +42,9 @@ def _size(widths: list[int], unpadded: bool) -> int:
 
 
 def _model_and_batch(tmp_path):
+    from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.model import ESM2Config
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.esm2.weights import apply_weights
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()

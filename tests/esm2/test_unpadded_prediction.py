@@ -2,16 +2,16 @@
 
 import torch
 
-from bionemo.esm2.checkpoint import load_checkpoint
+from bionemo.esm2.checkpoints.load import load_checkpoint
 from bionemo.esm2.data import collate_proteins
 from bionemo.esm2.packing import repad, unpad
 from support.hf_esm import random_hf_esm, random_sequences
 
 
 def _model_and_batch(tmp_path, token_dropout: bool = True):
+    from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.model import ESM2Config
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.esm2.weights import apply_weights
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()

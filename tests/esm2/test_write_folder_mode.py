@@ -3,7 +3,7 @@
 import os
 import stat
 
-from bionemo.esm2.hf import write_folder
+from bionemo.esm2.hf.files import write_folder
 
 
 def test_the_folder_gets_the_mode_mkdir_gives(tmp_path):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from bionemo.esm2.weights import read_metadata
+from bionemo.esm2.checkpoints.weights import read_metadata
 from bionemo.recipes.outputs import read_predictions
 
 LAYOUTS = [

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from bionemo.esm2.weights import read_metadata
+from bionemo.esm2.checkpoints.weights import read_metadata
 from bionemo.recipes.checkpoints import resume_checkpoint
 from bionemo.recipes.settings import RunSettings, StrategyChoice
 from support.interrupted_runs import BIONEMO, MAX_STEPS, start, stop_once

@@ -9,12 +9,12 @@ pytestmark = pytest.mark.gpu
 
 
 def test_unpadded_bf16_on_varlen_flash_attention_equals_padded(tmp_path):
-    from bionemo.esm2.checkpoint import load_checkpoint
+    from bionemo.esm2.checkpoints.load import load_checkpoint
+    from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.data import collate_proteins
     from bionemo.esm2.model import ESM2Config
     from bionemo.esm2.steps import make_predict_step
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.esm2.weights import apply_weights
     from bionemo.layers import varlen_attention_available
     from bionemo.lightning import ensure_model_parallel
 

@@ -114,9 +114,9 @@ def bionemo_outputs(folder, sequences: list[str], tp: int = 1, keep: dict | None
     import torch.distributed as dist
     from megatron.core import parallel_state
 
-    from bionemo.esm2.checkpoint import load_checkpoint
+    from bionemo.esm2.checkpoints.load import load_checkpoint
+    from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.model import ESM2Config
-    from bionemo.esm2.weights import apply_weights
 
     checkpoint = load_checkpoint(folder)
     config = ESM2Config(tensor_model_parallel_size=tp, **checkpoint.model)
@@ -141,7 +141,7 @@ def bionemo_outputs(folder, sequences: list[str], tp: int = 1, keep: dict | None
 def esm2_hf_tp_worker(rank, world_size, folder, sequences):
     from megatron.core import parallel_state
 
-    from bionemo.esm2.weights import full_state_dict
+    from bionemo.esm2.checkpoints.weights import full_state_dict
 
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=world_size)
     keep: dict = {}

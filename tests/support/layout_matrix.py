@@ -50,7 +50,7 @@ def config(tp: int = 1, pp: int = 1, cp: int = 1):
 
 def initial_weights() -> dict[str, torch.Tensor]:
     """The whole model every layout starts from (built without any parallel state)."""
-    from bionemo.esm2.weights import full_state_dict
+    from bionemo.esm2.checkpoints.weights import full_state_dict
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel(cuda=False)
@@ -165,9 +165,9 @@ def train_worker(rank: int, world_size: int, layout: dict[str, int], weights: di
     """Train ``STEPS`` steps on ``layout`` (``tp``, ``pp``, ``cp``; the rest of the world is data-parallel)."""
     from megatron.core import parallel_state
 
+    from bionemo.esm2.checkpoints.weights import apply_weights, full_state_dict
     from bionemo.esm2.data import MaskedProteinDataset, PredictionDataset, collate_proteins
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.esm2.weights import apply_weights, full_state_dict
     from bionemo.lightning.optimizer import megatron_param_groups
 
     tp, pp, cp = layout.get("tp", 1), layout.get("pp", 1), layout.get("cp", 1)

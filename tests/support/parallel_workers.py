@@ -122,7 +122,7 @@ def esm2_tp_worker(rank, world_size):
     """A tensor-parallel encoder's logits and its gathered full weights; checks the round trip on every rank."""
     from megatron.core import parallel_state
 
-    from bionemo.esm2.weights import apply_weights, full_state_dict
+    from bionemo.esm2.checkpoints.weights import apply_weights, full_state_dict
 
     parallel_state.initialize_model_parallel(tensor_model_parallel_size=world_size)
     torch.manual_seed(0)

@@ -2,11 +2,10 @@
 
 The same global batch of 16 as 2 ranks x micro-batch 4 (2 micro-batches each), as 4 micro-batches of 4 on one
 process, and as one micro-batch of 16; and batches cut by tokens (``--global-batch-tokens``) on 2 ranks and on one
-process: the logged training losses, the validation metrics (18 sequences: ranks hold
-9 each, none counted twice) and the exported weights agree. The runs are dropout-free (``--head-dropout 0``):
-dropout masks come from each process's random stream and so differ between layouts by design; everything else must
-match to rounding. ``--head-lr`` differs from ``--lr``, so the
-head's own parameter groups (``lr_mult``) are on the path too.
+process: the logged training losses, the validation metrics (18 sequences: ranks hold 9 each, none counted twice)
+and the exported weights agree, to rounding. The head drops out 30% of its inputs (``--head-dropout 0.3``): its
+masks are keyed by (seed, step, sample, element), so every layout draws the same ones. ``--head-lr`` differs from
+``--lr``, so the head's own parameter groups (``lr_mult``) are on the path too.
 """
 
 import csv
@@ -51,7 +50,7 @@ def _run(root: Path, encoder: str, layout: str) -> Path:
         "--val-data", str(root / "val.csv"), "--output-dir", str(out), "--accelerator", "cpu",
         "--task", "classification", "--label-column", "kind", "--encoder", encoder, "--max-steps", "8",
         "--val-check-interval", "4", "--lr", "1e-3", "--head-lr", "3e-3",
-        "--seed", "3", "--head-dropout", "0", *LAYOUTS[layout],
+        "--seed", "3", "--head-dropout", "0.3", *LAYOUTS[layout],
     ]  # fmt: skip
     result = subprocess.run(
         [sys.executable, "-m", "bionemo.cli", *args],

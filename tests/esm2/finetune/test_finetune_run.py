@@ -104,7 +104,7 @@ def _mcc(predicted: list[str], truth: list[str]) -> float:
 
 
 def test_regression_lora_learns_with_the_base_weights_unchanged(files):
-    from bionemo.esm2.checkpoint import load_checkpoint
+    from bionemo.esm2.checkpoints.load import load_checkpoint
 
     run = _finetune(files, "lora", "--task", "regression", "--label-column", "score", "--head", "hf",
                     "--encoder", "lora", "--lora-rank", "4", "--lr", "3e-3", "--max-steps", "60",

@@ -122,6 +122,28 @@ def test_conv_token_head_sees_residues_only_whatever_the_padding():
         ConvTokenHead(H, 3, kernel_size=4)
 
 
+@pytest.mark.parametrize("make", [HFSequenceHead, HFTokenHead, MeanPoolMLPHead, ConvTokenHead])
+def test_training_dropout_of_a_sample_does_not_depend_on_its_batch_or_padding(make):
+    """Keyed by ``sample_index``: one process, any micro-batch size or DP rank drops the same elements."""
+    torch.manual_seed(0)
+    head = make(H, 3, dropout=0.5).train()
+    lengths = [6, 2, 4]
+    hidden, mask = batch(lengths, width=10)
+    index = torch.tensor([40, 7, 12])
+    together = head(hidden, mask, index)
+    torch.manual_seed(1)  # torch's random stream plays no part
+    alone = head(hidden[2:], mask[2:], index[2:])
+    torch.testing.assert_close(together[2:], alone, atol=1e-6, rtol=0)  # batch size changes rounding only
+    wider, wider_mask = batch(lengths, width=14, seed=1)
+    wider[:, :10] = hidden
+    wider_mask[:, :10] = mask
+    padded = head(wider, wider_mask, index)
+    torch.testing.assert_close(padded[:, :10] if padded.dim() == 3 else padded, together, atol=1e-6, rtol=0)
+    head.dropout.step = 1  # the next optimizer step draws other masks
+    assert not torch.equal(head(hidden, mask, index), together)
+    assert not torch.equal(head.eval()(hidden, mask, index), together)  # and evaluation none
+
+
 def test_build_head_builds_each_kind_with_its_sizes():
     built = build_head(HeadConfig(kind=HeadKind.HF_SEQUENCE, dropout=0.2), H, 3)
     assert isinstance(built, HFSequenceHead)

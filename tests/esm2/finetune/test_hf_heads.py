@@ -6,15 +6,16 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bionemo.esm2.checkpoint import load_checkpoint
-from bionemo.esm2.checkpoint_header import CheckpointError, read_checkpoint_header
+from bionemo.esm2.checkpoints.header import read_checkpoint_header
+from bionemo.esm2.checkpoints.load import load_checkpoint
+from bionemo.esm2.checkpoints.weights import save_weights
 from bionemo.esm2.finetune.head_config import HeadConfig, HeadKind
 from bionemo.esm2.finetune.heads import build_head
 from bionemo.esm2.finetune.layout import LORA_MODULES, head_shapes, lora_shapes
 from bionemo.esm2.finetune.spec import FINETUNE_KEY, EncoderMode, FinetuneSpec, LoRASettings
 from bionemo.esm2.finetune.tasks import LabelVocabulary, Task
-from bionemo.esm2.hf import hf_to_bionemo, read_hf_tensors
-from bionemo.esm2.weights import save_weights
+from bionemo.esm2.hf.files import hf_to_bionemo, read_hf_tensors
+from bionemo.esm2.hf.layout import CheckpointError
 from support.hf_esm import mutate_config
 from support.hf_finetuned import random_hf_classifier
 
@@ -305,6 +306,6 @@ def test_the_header_module_stays_torch_free():
     import subprocess
     import sys
 
-    code = "import sys, bionemo.esm2.checkpoint_header, bionemo.esm2.finetune.hf_heads; print('torch' in sys.modules)"
+    code = "import sys, bionemo.esm2.checkpoints.header, bionemo.esm2.finetune.hf_heads; print('torch' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert result.stdout.strip() == "False"

@@ -38,8 +38,8 @@ def from_hf(
     A classification folder becomes a fine-tuned model file: its head and labels (config.json's id2label,
     problem_type) are kept in it.
     """
-    from bionemo.esm2.checkpoint import CheckpointError, load_checkpoint
-    from bionemo.esm2.hf import is_hf_folder
+    from bionemo.esm2.checkpoints.load import load_checkpoint
+    from bionemo.esm2.hf.layout import CheckpointError, is_hf_folder
 
     if not is_hf_folder(hf_dir):
         raise typer.BadParameter(f"{hf_dir} is not a folder; give a Hugging Face ESM-2 folder", param_hint="'HF_DIR'")
@@ -52,7 +52,7 @@ def from_hf(
     except CheckpointError as error:
         raise typer.BadParameter(str(error), param_hint="'HF_DIR'") from None
     from bionemo.esm2.catalog import ESM2_SHAPES
-    from bionemo.esm2.weights import save_weights
+    from bionemo.esm2.checkpoints.weights import save_weights
 
     shape = tuple(loaded.model[k] for k in ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size"))
     recipe = next(
@@ -100,7 +100,8 @@ def to_hf(
     ``--peft`` a PEFT adapter. Each folder holds config (or adapter config), safetensors weights and, for whole
     models, tokenizer files.
     """
-    from bionemo.esm2.checkpoint_header import CheckpointError, read_checkpoint_header
+    from bionemo.esm2.checkpoints.header import read_checkpoint_header
+    from bionemo.esm2.hf.layout import CheckpointError
 
     if output_dir.exists() and not output_dir.is_dir():
         raise typer.BadParameter(f"{output_dir} exists and is not a folder", param_hint="'OUTPUT_DIR'")
@@ -114,9 +115,9 @@ def to_hf(
         raise typer.BadParameter(str(error), param_hint="'CHECKPOINT'") from None
     _check_exportable(checkpoint, header.finetune, peft)
 
-    from bionemo.esm2.checkpoint import load_checkpoint
+    from bionemo.esm2.checkpoints.load import load_checkpoint
     from bionemo.esm2.finetune.hf_tensors import finetuned_to_hf, write_peft_adapter
-    from bionemo.esm2.hf import bionemo_to_hf, write_hf_folder
+    from bionemo.esm2.hf.files import bionemo_to_hf, write_hf_folder
 
     try:
         loaded = load_checkpoint(checkpoint)

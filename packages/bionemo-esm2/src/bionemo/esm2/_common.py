@@ -80,8 +80,9 @@ def datamodule(
 
 
 def checked_checkpoint_header(path: Path):
-    """:func:`bionemo.esm2.checkpoint_header.read_checkpoint_header` (no torch) with ``--checkpoint`` errors."""
-    from bionemo.esm2.checkpoint_header import CheckpointError, read_checkpoint_header
+    """:func:`bionemo.esm2.checkpoints.header.read_checkpoint_header` (no torch) with ``--checkpoint`` errors."""
+    from bionemo.esm2.checkpoints.header import read_checkpoint_header
+    from bionemo.esm2.hf.layout import CheckpointError
 
     try:
         return read_checkpoint_header(path)
@@ -90,8 +91,9 @@ def checked_checkpoint_header(path: Path):
 
 
 def checked_checkpoint(path: Path):
-    """:func:`bionemo.esm2.checkpoint.load_checkpoint` with its errors as ``--checkpoint`` settings errors."""
-    from bionemo.esm2.checkpoint import CheckpointError, load_checkpoint
+    """:func:`bionemo.esm2.checkpoints.load.load_checkpoint` with its errors as ``--checkpoint`` settings errors."""
+    from bionemo.esm2.checkpoints.load import load_checkpoint
+    from bionemo.esm2.hf.layout import CheckpointError
 
     try:
         return load_checkpoint(path)

@@ -16,7 +16,7 @@ factored form that reads each map three times instead of building the symmetrize
 
 where ``rows(A_c)_i = m_i (P_c m)_i`` and ``cols(A_c)_j = m_j (m^T P_c)_j``: one weighted sum and two
 matrix-vector products per map, and a rank-``c`` update. The head's
-tensors (``bionemo.esm2.hf_layout.CONTACT_HEAD``) live in the checkpoint beside the model's; the megatron model
+tensors (``bionemo.esm2.hf.layout.CONTACT_HEAD``) live in the checkpoint beside the model's; the megatron model
 does not hold them, so a checkpoint without them (a trained bionemo model) loads for everything else.
 """
 
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from bionemo.esm2.hf_layout import CONTACT_HEAD
+from bionemo.esm2.hf.layout import CONTACT_HEAD
 
 __all__ = ["EOS_TOKEN_ID", "ContactHead", "ContactLogits", "flat_contacts"]
 
@@ -49,7 +49,7 @@ class ContactHead:
 
     @classmethod
     def from_tensors(cls, tensors: Mapping[str, torch.Tensor], model: Mapping[str, Any]) -> "ContactHead":
-        """The head of a checkpoint's whole tensors (:data:`~bionemo.esm2.hf_layout.CONTACT_HEAD` names).
+        """The head of a checkpoint's whole tensors (:data:`~bionemo.esm2.hf.layout.CONTACT_HEAD` names).
 
         Raises:
             ValueError: ``tensors`` hold no contact head.

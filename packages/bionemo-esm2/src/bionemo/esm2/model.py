@@ -38,7 +38,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 
 from bionemo.core import BionemoTrainableModelConfig  # noqa: E402
 from bionemo.esm2.catalog import ESM_DEFAULTS  # noqa: E402
-from bionemo.esm2.hf import padded_vocab_size  # noqa: E402
+from bionemo.esm2.hf.layout import padded_vocab_size  # noqa: E402
 from bionemo.layers import (  # noqa: E402
     UnpaddedSequences,
     chunk_length,

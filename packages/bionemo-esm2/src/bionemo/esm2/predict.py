@@ -393,7 +393,7 @@ def _prediction_data(settings: RunSettings, records: list, plan: list[list[int]]
 
 def _load_weights(model: Any, tensors: dict[str, Any], dtype: Any) -> Any:
     """The checkpoint's weights, then every parameter in ``dtype`` (megatron's local layer norms are built fp32)."""
-    from bionemo.esm2.weights import apply_weights
+    from bionemo.esm2.checkpoints.weights import apply_weights
 
     apply_weights(model, tensors)
     return model.to(dtype)

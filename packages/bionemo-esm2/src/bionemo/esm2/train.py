@@ -89,8 +89,8 @@ def _fit(
     """Train (from the output directory's newest checkpoint unless ``--no-resume``); export; the summary rows."""
     import lightning.pytorch as pl
 
+    from bionemo.esm2.checkpoints.weights import full_state_dict
     from bionemo.esm2.readers import lowercase_note
-    from bionemo.esm2.weights import full_state_dict
     from bionemo.recipes.checkpoints import resume_checkpoint
     from bionemo.recipes.trainers import is_launching_rank, uses_megatron
 
@@ -139,9 +139,9 @@ def _module(settings: RunSettings, defaults: RecipeDefaults, megatron: bool, sta
 
     from megatron.core.optimizer import OptimizerConfig
 
+    from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.data import training_data_step
     from bionemo.esm2.steps import forward_step
-    from bionemo.esm2.weights import apply_weights
     from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
 
     optimizer = OptimizerConfig(
@@ -215,8 +215,8 @@ def _export(
     """Write ``model.safetensors`` (with what the run measured) and the curve; the summary rows (rank 0)."""
     import torch
 
+    from bionemo.esm2.checkpoints.weights import save_weights
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.esm2.weights import save_weights
     from bionemo.recipes.plots import plot_curves
 
     vocab_size = ProteinTokenizer().vocab_size
@@ -277,11 +277,12 @@ def _batch_label(settings: RunSettings) -> str:
 
 def _earlier(weights: Path) -> dict[str, Any]:
     """The metadata of an earlier export in the same output directory, or {}."""
-    from bionemo.esm2.weights import read_metadata
+    from bionemo.esm2.checkpoints.weights import read_metadata
+    from bionemo.esm2.hf.layout import CheckpointError
 
     try:
         return read_metadata(weights) if weights.is_file() else {}
-    except SettingsError:
+    except CheckpointError:
         return {}
 
 

@@ -6,7 +6,8 @@
 - :mod:`~bionemo.layers.layer_norm`: LayerNorm in Triton on GPUs;
 - :mod:`~bionemo.layers.fused_bias_linear`: parallel linears that add the bias inside the matrix multiply;
 - :mod:`~bionemo.layers.context_parallel`: sequence chunks and key / value gathers for bidirectional encoders;
-- :mod:`~bionemo.layers.lora`: LoRA adapters on megatron-core's tensor-parallel linears.
+- :mod:`~bionemo.layers.lora`: LoRA adapters on megatron-core's tensor-parallel linears;
+- :mod:`~bionemo.layers.keyed_dropout`: dropout whose masks are the same on every parallel layout.
 
 Triton is optional: without it the GPU kernels fall back to torch's. Importing this package imports megatron-core
 (after ``bionemo.core.megatron_env.prepare_megatron_import``), never Lightning or NeMo.
@@ -27,6 +28,7 @@ from bionemo.layers.fused_bias_linear import (
     FusedBiasRowParallelLinear,
     LinearIntoMainGrad,
 )
+from bionemo.layers.keyed_dropout import KeyedDropout, keyed_dropout, set_dropout_step
 from bionemo.layers.layer_norm import TritonLayerNorm, local_layer_norm, triton_layer_norm_enabled
 from bionemo.layers.lora import (
     LoRAConfig,
@@ -49,6 +51,7 @@ from bionemo.layers.sdpa_attention import (
 __all__ = [
     "FusedBiasColumnParallelLinear",
     "FusedBiasRowParallelLinear",
+    "KeyedDropout",
     "LinearIntoMainGrad",
     "LoRAConfig",
     "LoRALinear",
@@ -64,6 +67,7 @@ __all__ = [
     "fused_rotary_available",
     "gather_keys",
     "gather_sequence",
+    "keyed_dropout",
     "load_lora_state_dict",
     "local_chunk",
     "local_layer_norm",
@@ -72,6 +76,7 @@ __all__ = [
     "merge_lora",
     "rotary_tables",
     "sdpa_layer_spec",
+    "set_dropout_step",
     "triton_layer_norm_enabled",
     "varlen_attention_available",
 ]

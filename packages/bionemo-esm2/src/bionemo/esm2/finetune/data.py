@@ -9,6 +9,7 @@ and ``sample_index``. :func:`collate_labelled` right-pads a batch and adds ``att
 the host-side ``host_lengths`` that :func:`bionemo.esm2.data.data_step` and the unpadded path read.
 """
 
+import bisect
 from collections.abc import Sequence
 from typing import Any
 
@@ -203,6 +204,8 @@ class TokenBatches:
         self.seed = seed
         self.shuffled = steps is not None
         self._passes: list[list[list[int]]] = []
+        self._pass_starts: list[int] = []  # the first step of each pass cut so far
+        self._split: tuple[int, list[list[int]]] | None = None  # the last step split into parts
         self.steps = len(self.batches_of_pass(0)) if steps is None else steps
 
     def __len__(self) -> int:
@@ -211,21 +214,24 @@ class TokenBatches:
     def batches_of_pass(self, epoch: int) -> list[list[int]]:
         """The global batches (record indices) of pass ``epoch``, in training order."""
         while len(self._passes) <= epoch:
+            start = self._pass_starts[-1] + len(self._passes[-1]) if self._passes else 0
             self._passes.append(self._cut(len(self._passes)))
+            self._pass_starts.append(start)
         return self._passes[epoch]
 
     def global_batch(self, step: int) -> list[int]:
         """The records of optimizer step ``step`` (passes follow one another)."""
-        epoch = 0
-        while step >= len(self.batches_of_pass(epoch)):
-            step -= len(self.batches_of_pass(epoch))
-            epoch += 1
-        return self.batches_of_pass(epoch)[step]
+        while not self._passes or step >= self._pass_starts[-1] + len(self._passes[-1]):
+            self.batches_of_pass(len(self._passes))
+        epoch = bisect.bisect_right(self._pass_starts, step) - 1
+        return self._passes[epoch][step - self._pass_starts[epoch]]
 
     def records(self, item: int) -> list[int]:
         """The records of item ``item``: part ``item % parts`` of step ``item // parts``."""
         step, part = divmod(item, self.parts)
-        return split_evenly(self.global_batch(step), self.lengths, self.parts)[part]
+        if self._split is None or self._split[0] != step:  # the parts of one step are asked for in turn
+            self._split = (step, split_evenly(self.global_batch(step), self.lengths, self.parts))
+        return self._split[1][part]
 
     def tokens(self, item: int) -> int:
         """Tokens of item ``item``."""

@@ -27,10 +27,11 @@ def fit(
     """Train (from the output folder's newest checkpoint unless ``--no-resume``); export; the summary rows (rank 0)."""
     import lightning.pytorch as pl
 
+    from bionemo.esm2.checkpoints.weights import full_state_dict
     from bionemo.esm2.finetune.best import BestWeights
+    from bionemo.esm2.finetune.dropout_steps import KeyedDropoutSteps
     from bionemo.esm2.finetune.throughput import StepTimer
     from bionemo.esm2.finetune.train import encoder_tensors
-    from bionemo.esm2.weights import full_state_dict
     from bionemo.recipes.checkpoints import resume_checkpoint
     from bionemo.recipes.trainers import is_launching_rank
 
@@ -50,7 +51,8 @@ def fit(
     resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
     best = BestWeights(BEST_METRIC[spec.task], checkpoints)
     timer = StepTimer(pause_every=min(defaults.value(settings, "val_check_interval"), max_steps))
-    trainer = _trainer(settings, spec, out, checkpoints, max_steps, defaults, resume_from, [best, timer])
+    watchers = [best, timer, KeyedDropoutSteps(settings.seed)]
+    trainer = _trainer(settings, spec, out, checkpoints, max_steps, defaults, resume_from, watchers)
     if resume_from is not None and is_launching_rank():
         print(f"resuming from {resume_from}", file=sys.stderr, flush=True)  # the library's own line is quieted
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
@@ -228,9 +230,9 @@ def _export(
     """Write the self-describing ``model.safetensors`` and the curves; the summary rows."""
     import torch
 
+    from bionemo.esm2.checkpoints.weights import save_weights
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.esm2.train import _batch_label, _precision_label
-    from bionemo.esm2.weights import save_weights
     from bionemo.recipes.plots import plot_curves
 
     vocab_size = ProteinTokenizer().vocab_size

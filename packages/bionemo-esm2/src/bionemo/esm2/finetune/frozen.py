@@ -233,15 +233,17 @@ class CachedFeaturesDataModule(MegatronDataModule):
 
 
 class CachedHead(nn.Module):
-    """The head alone, on cached hidden states: ``forward(hidden [b, n, h], residue_mask [b, n])`` -> logits."""
+    """The head alone on cached hidden states: ``forward(hidden [b, n, h], residue_mask [b, n], sample_index)``."""
 
     def __init__(self, spec: FinetuneSpec, hidden_size: int) -> None:
         super().__init__()
         self.head = build_head(spec.head, hidden_size, spec.num_outputs)
 
-    def forward(self, hidden: torch.Tensor, residue_mask: torch.Tensor) -> torch.Tensor:
-        """The head's logits (:mod:`bionemo.esm2.finetune.heads`)."""
-        return self.head(hidden, residue_mask)
+    def forward(
+        self, hidden: torch.Tensor, residue_mask: torch.Tensor, sample_index: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """The head's logits (:mod:`bionemo.esm2.finetune.heads`; ``sample_index`` keys its dropout masks)."""
+        return self.head(hidden, residue_mask, sample_index)
 
 
 @dataclass(kw_only=True)
@@ -261,5 +263,5 @@ class CachedHeadConfig(BionemoTrainableModelConfig[CachedHead, FinetuneLossReduc
 
 
 def cached_forward_step(model: Any, batch: dict[str, Any]) -> dict[str, torch.Tensor]:
-    """``{"logits": head(hidden, residue_mask)}`` of a cached batch."""
-    return {"logits": model(batch["hidden"], batch["residue_mask"])}
+    """``{"logits": head(hidden, residue_mask, sample_index)}`` of a cached batch."""
+    return {"logits": model(batch["hidden"], batch["residue_mask"], batch.get("sample_index"))}

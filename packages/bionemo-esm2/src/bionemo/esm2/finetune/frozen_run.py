@@ -71,9 +71,9 @@ def frozen_datamodule(
 
 def _encoder(device: Any, *, settings: RunSettings, model: dict[str, Any], start: Any) -> Any:
     """The base encoder (no LM head) with its weights, on ``device``, in the run's precision (bf16 on GPUs)."""
+    from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.finetune.train import encoder_tensors
     from bionemo.esm2.model import ESM2Model
-    from bionemo.esm2.weights import apply_weights
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel(cuda=device.type == "cuda")

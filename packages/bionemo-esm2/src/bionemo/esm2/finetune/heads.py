@@ -4,7 +4,10 @@ Every head takes the same two inputs:
 
 - ``hidden`` ``[b, s, h]``: the encoder's last hidden states, batch first, in token order ``<cls> residues <eos>``
   then padding (``<cls>`` at position 0);
-- ``residue_mask`` ``[b, s]`` bool: True on the residues only (not ``<cls>``, ``<eos>`` or padding).
+- ``residue_mask`` ``[b, s]`` bool: True on the residues only (not ``<cls>``, ``<eos>`` or padding);
+- ``sample_index`` ``[b]`` (optional): each sample's position in its dataset. Given, dropout masks are keyed by
+  (seed, step, sample, element) (:class:`bionemo.layers.KeyedDropout`), so every parallel layout and micro-batch
+  size draws the same masks; without it dropout draws from torch's random stream.
 
 Sequence heads return ``[b, num_outputs]``; token heads ``[b, s, num_outputs]``, one row per position, of which
 only the residues' rows mean anything (the loss and metrics read those).
@@ -14,6 +17,7 @@ import torch
 from torch import nn
 
 from bionemo.esm2.finetune.head_config import HeadConfig, HeadKind
+from bionemo.layers.keyed_dropout import KeyedDropout
 
 __all__ = ["ConvTokenHead", "HFSequenceHead", "HFTokenHead", "MeanPoolMLPHead", "build_head"]
 
@@ -28,14 +32,16 @@ class HFSequenceHead(nn.Module):
     def __init__(self, hidden_size: int, num_outputs: int, dropout: float = 0.1) -> None:
         super().__init__()
         self.dense = nn.Linear(hidden_size, hidden_size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = KeyedDropout(dropout)
         self.out_proj = nn.Linear(hidden_size, num_outputs)
 
-    def forward(self, hidden: torch.Tensor, residue_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, residue_mask: torch.Tensor | None = None, sample_index: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``hidden`` ``[b, s, h]`` -> ``[b, num_outputs]`` from the ``<cls>`` position (the mask is not needed)."""
-        x = self.dropout(hidden[:, 0, :])
+        x = self.dropout(hidden[:, 0, :], sample_index)
         x = torch.tanh(self.dense(x))
-        return self.out_proj(self.dropout(x))
+        return self.out_proj(self.dropout(x, sample_index, salt=1))
 
 
 class HFTokenHead(nn.Module):
@@ -46,12 +52,14 @@ class HFTokenHead(nn.Module):
 
     def __init__(self, hidden_size: int, num_outputs: int, dropout: float = 0.1) -> None:
         super().__init__()
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = KeyedDropout(dropout)
         self.classifier = nn.Linear(hidden_size, num_outputs)
 
-    def forward(self, hidden: torch.Tensor, residue_mask: torch.Tensor | None = None) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, residue_mask: torch.Tensor | None = None, sample_index: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``hidden`` ``[b, s, h]`` -> ``[b, s, num_outputs]`` (every position; the mask is not needed)."""
-        return self.classifier(self.dropout(hidden))
+        return self.classifier(self.dropout(hidden, sample_index))
 
 
 class MeanPoolMLPHead(nn.Module):
@@ -63,17 +71,19 @@ class MeanPoolMLPHead(nn.Module):
     def __init__(self, hidden_size: int, num_outputs: int, mlp_hidden_size: int = 256, dropout: float = 0.25) -> None:
         super().__init__()
         self.dense = nn.Linear(hidden_size, mlp_hidden_size)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = KeyedDropout(dropout)
         self.out_proj = nn.Linear(mlp_hidden_size, num_outputs)
 
-    def forward(self, hidden: torch.Tensor, residue_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, residue_mask: torch.Tensor, sample_index: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``hidden`` ``[b, s, h]``, ``residue_mask`` ``[b, s]`` -> ``[b, num_outputs]``.
 
         A sequence without residues pools to zeros (no division by zero).
         """
         weights = residue_mask.to(hidden.dtype).unsqueeze(-1)  # [b, s, 1]
         pooled = (hidden * weights).sum(dim=1) / weights.sum(dim=1).clamp(min=1)
-        return self.out_proj(self.dropout(torch.relu(self.dense(pooled))))
+        return self.out_proj(self.dropout(torch.relu(self.dense(pooled)), sample_index))
 
 
 class ConvTokenHead(nn.Module):
@@ -91,14 +101,16 @@ class ConvTokenHead(nn.Module):
         if kernel_size % 2 == 0:
             raise ValueError(f"kernel_size must be odd (a centred window), got {kernel_size}")
         self.conv = nn.Conv1d(hidden_size, channels, kernel_size, padding=kernel_size // 2)
-        self.dropout = nn.Dropout(dropout)
+        self.dropout = KeyedDropout(dropout)
         self.classifier = nn.Linear(channels, num_outputs)
 
-    def forward(self, hidden: torch.Tensor, residue_mask: torch.Tensor) -> torch.Tensor:
+    def forward(
+        self, hidden: torch.Tensor, residue_mask: torch.Tensor, sample_index: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``hidden`` ``[b, s, h]``, ``residue_mask`` ``[b, s]`` -> ``[b, s, num_outputs]``."""
         x = hidden * residue_mask.to(hidden.dtype).unsqueeze(-1)
         x = self.conv(x.transpose(1, 2)).transpose(1, 2)  # [b, s, channels]
-        return self.classifier(self.dropout(torch.relu(x)))
+        return self.classifier(self.dropout(torch.relu(x), sample_index))
 
 
 def build_head(config: HeadConfig, hidden_size: int, num_outputs: int) -> nn.Module:

@@ -14,7 +14,7 @@
 ``classifier_dropout``           ``head.dropout``                         else ``hidden_dropout_prob``
 ===============================  =======================================  ================================
 
-Only the standard library is used (``bionemo.esm2.checkpoint_header`` reads these folders before torch).
+Only the standard library is used (``bionemo.esm2.checkpoints.header`` reads these folders before torch).
 """
 
 from collections.abc import Mapping
@@ -25,7 +25,7 @@ from bionemo.esm2.finetune.head_config import HeadConfig, HeadKind
 from bionemo.esm2.finetune.layout import head_shapes
 from bionemo.esm2.finetune.spec import HEAD_PREFIX, FinetuneSpec
 from bionemo.esm2.finetune.tasks import LabelVocabulary, Task
-from bionemo.esm2.hf_layout import CheckpointError, TensorInfo, _check_tensor, _config_json, _listing, hf_config
+from bionemo.esm2.hf.layout import CheckpointError, TensorInfo, check_tensor, hf_config, listing, read_config_json
 
 __all__ = [
     "HF_ARCHITECTURES",
@@ -87,14 +87,14 @@ def check_hf_head_layout(tensors: Mapping[str, TensorInfo], spec: FinetuneSpec, 
     architecture = HF_ARCHITECTURES[spec.head.kind]
     missing = [name for name in shapes if name not in tensors]
     if missing:
-        raise CheckpointError(f"the {architecture} head's tensor(s) {_listing(missing)} are missing")
+        raise CheckpointError(f"the {architecture} head's tensor(s) {listing(missing)} are missing")
     unexpected = [name for name in tensors if name.startswith(HF_HEAD_PREFIX) and name not in shapes]
     if unexpected:
         raise CheckpointError(
-            f"tensor(s) {_listing(unexpected)} are not part of {architecture}'s head ({', '.join(shapes)})"
+            f"tensor(s) {listing(unexpected)} are not part of {architecture}'s head ({', '.join(shapes)})"
         )
     for name, shape in shapes.items():
-        _check_tensor(name, tensors[name], shape, f"num_labels={spec.num_outputs}, hidden_size={hidden_size}")
+        check_tensor(name, tensors[name], shape, f"num_labels={spec.num_outputs}, hidden_size={hidden_size}")
 
 
 def read_hf_finetune_spec(folder: Path) -> FinetuneSpec | None:
@@ -106,7 +106,7 @@ def read_hf_finetune_spec(folder: Path) -> FinetuneSpec | None:
             names ``config.json`` and lists what is valid.
     """
     path = Path(folder) / "config.json"
-    config = _config_json(path)
+    config = read_config_json(path)
     architectures = config.get("architectures") or []
     kind = next((k for k, name in HF_ARCHITECTURES.items() if name in architectures), None)
     if kind is None:
@@ -182,7 +182,7 @@ def _label_names(path: Path, config: Mapping[str, Any]) -> tuple[str, ...]:
 def hf_finetuned_config(model: Mapping[str, Any], spec: FinetuneSpec) -> dict[str, Any]:
     """The ``config.json`` of the ``EsmFor{Sequence,Token}Classification`` of ``spec`` on an encoder ``model``.
 
-    :func:`bionemo.esm2.hf_layout.hf_config`'s settings with ``architectures``, ``num_labels``, ``id2label`` /
+    :func:`bionemo.esm2.hf.layout.hf_config`'s settings with ``architectures``, ``num_labels``, ``id2label`` /
     ``label2id`` (the outputs in order: classes, else label columns), ``problem_type`` (sequence tasks) and
     ``classifier_dropout`` (the head's; transformers' ESM heads use ``hidden_dropout_prob``, the encoder's).
     :func:`read_hf_finetune_spec` reads it back (the column name of a categorical task reads back as ``label``).

@@ -31,16 +31,8 @@ from bionemo.esm2.finetune.hf_heads import (
 )
 from bionemo.esm2.finetune.layout import LORA_FACTORS, LORA_MODULES, lora_shapes
 from bionemo.esm2.finetune.spec import HEAD_PREFIX, FinetuneSpec
-from bionemo.esm2.hf import (
-    CheckpointError,
-    _check_finite,
-    _tensor_info,
-    bionemo_to_hf,
-    hf_to_bionemo,
-    read_hf_config,
-    read_hf_tensors,
-    write_folder,
-)
+from bionemo.esm2.hf.files import bionemo_to_hf, check_finite, hf_to_bionemo, read_hf_tensors, tensor_info, write_folder
+from bionemo.esm2.hf.layout import CheckpointError, read_hf_config
 
 __all__ = [
     "PEFT_TASK_TYPES",
@@ -81,9 +73,9 @@ def load_hf_finetuned(folder: Path, spec: FinetuneSpec) -> tuple[dict[str, torch
     head = {name: value for name, value in hf_tensors.items() if name.startswith(HF_HEAD_PREFIX)}
     encoder = {name: value for name, value in hf_tensors.items() if name not in head}
     try:
-        check_hf_head_layout({name: _tensor_info(value) for name, value in head.items()}, spec, model["hidden_size"])
+        check_hf_head_layout({name: tensor_info(value) for name, value in head.items()}, spec, model["hidden_size"])
         for name, value in head.items():
-            _check_finite(name, value)
+            check_finite(name, value)
         tensors, notes = hf_to_bionemo(encoder, model, 33, lm_head=False)
     except CheckpointError as error:
         raise CheckpointError(f"Hugging Face checkpoint {folder}: {error}") from None
@@ -126,13 +118,13 @@ def finetuned_to_hf(
     """The ``EsmFor{Sequence,Token}Classification`` tensors (LoRA merged) and ``config.json`` of a fine-tuned model.
 
     Args:
-        tensors: The fine-tuned file's tensors (:class:`~bionemo.esm2.checkpoint.LoadedCheckpoint`'s, checked).
+        tensors: The fine-tuned file's tensors (:class:`~bionemo.esm2.checkpoints.load.LoadedCheckpoint`'s, checked).
         model: bionemo model settings.
         spec: The fine-tuned model (an ``hf`` head).
 
     Raises:
         ValueError: A head Hugging Face has no model for.
-        CheckpointError: What :func:`bionemo.esm2.hf.bionemo_to_hf` raises (a ``rotary_base`` other than 10000).
+        CheckpointError: What :func:`bionemo.esm2.hf.files.bionemo_to_hf` raises (a ``rotary_base`` other than 10000).
     """
     config = hf_finetuned_config(model, spec)
     hf = bionemo_to_hf(merged_encoder(tensors, model, spec), model, lm_head=False)
@@ -207,7 +199,7 @@ def write_peft_adapter(
 ) -> Path:
     """Write :func:`peft_adapter`'s ``adapter_config.json`` and ``adapter_model.safetensors`` into ``folder``.
 
-    Written whole or not at all (``bionemo.esm2.hf.write_folder``).
+    Written whole or not at all (``bionemo.esm2.hf.files.write_folder``).
 
     Raises:
         ValueError: What :func:`peft_adapter` raises.

@@ -1,6 +1,6 @@
 """The tensors of a fine-tuned model file, by name and shape: encoder without LM head, LoRA factors, head.
 
-Only the standard library is used, so ``bionemo.esm2.checkpoint_header`` checks a fine-tuned file from its
+Only the standard library is used, so ``bionemo.esm2.checkpoints.header`` checks a fine-tuned file from its
 safetensors header before torch is imported. :mod:`bionemo.esm2.finetune.spec` says what such a file holds.
 """
 
@@ -9,13 +9,13 @@ from typing import Any
 
 from bionemo.esm2.finetune.head_config import HeadConfig, HeadKind
 from bionemo.esm2.finetune.spec import FINETUNE_KEY, HEAD_PREFIX, FinetuneSpec, LoRASettings
-from bionemo.esm2.hf_layout import (
+from bionemo.esm2.hf.layout import (
     CheckpointError,
     TensorInfo,
-    _check_tensor,
-    _listing,
     bionemo_shapes,
     check_bionemo_layout,
+    check_tensor,
+    listing,
 )
 
 __all__ = [
@@ -109,7 +109,7 @@ def lora_shapes(lora: LoRASettings, model: Mapping[str, Any]) -> dict[str, tuple
 def check_finetuned_layout(tensors: Mapping[str, TensorInfo], model: Mapping[str, Any], spec: FinetuneSpec) -> bool:
     """A fine-tuned file's tensors are those ``spec`` and ``model`` imply: encoder, LoRA factors, head.
 
-    The encoder's tensors are checked as :func:`bionemo.esm2.hf_layout.check_bionemo_layout` checks them, without
+    The encoder's tensors are checked as :func:`bionemo.esm2.hf.layout.check_bionemo_layout` checks them, without
     the language-model head; the LoRA factors (``spec.lora``) and the head's tensors must all be there, of the
     shapes :func:`lora_shapes` and :func:`head_shapes` give, and floating point.
 
@@ -127,32 +127,31 @@ def check_finetuned_layout(tensors: Mapping[str, TensorInfo], model: Mapping[str
     if missing:
         raise CheckpointError(
             f"{len(missing)} LoRA factor(s) are missing for --encoder lora with targets "
-            f"{', '.join(spec.lora.targets) if spec.lora else ''}: {_listing(missing)}"
+            f"{', '.join(spec.lora.targets) if spec.lora else ''}: {listing(missing)}"
         )
     unexpected = [name for name in found if name not in lora]
     if unexpected:
         which = f"targets {', '.join(spec.lora.targets)}" if spec.lora else f"--encoder {spec.encoder}"
         raise CheckpointError(
             f"{len(unexpected)} LoRA factor(s) have no adapter in the fine-tuning metadata ({which}): "
-            f"{_listing(unexpected)}"
+            f"{listing(unexpected)}"
         )
     for name, shape in lora.items():
-        _check_tensor(name, tensors[name], shape, f"LoRA rank {spec.lora.rank if spec.lora else 0}")
+        check_tensor(name, tensors[name], shape, f"LoRA rank {spec.lora.rank if spec.lora else 0}")
     heads = head_shapes(spec.head, int(model["hidden_size"]), spec.num_outputs)
     present = [name for name in tensors if name.startswith(HEAD_PREFIX)]
     missing = [name for name in heads if name not in tensors]
     if missing:
         raise CheckpointError(
-            f"{len(missing)} tensor(s) of the {spec.head.kind} head are missing: {_listing(missing)}"
+            f"{len(missing)} tensor(s) of the {spec.head.kind} head are missing: {listing(missing)}"
             + ("" if present else f"; the file holds no {HEAD_PREFIX}* tensor at all")
         )
     unexpected = [name for name in present if name not in heads]
     if unexpected:
         raise CheckpointError(
-            f"tensor(s) {_listing(unexpected)} are not part of a {spec.head.kind} head (its tensors: "
-            f"{', '.join(heads)})"
+            f"tensor(s) {listing(unexpected)} are not part of a {spec.head.kind} head (its tensors: {', '.join(heads)})"
         )
     why = f"a {spec.head.kind} head with {spec.num_outputs} output(s) on hidden_size {model['hidden_size']}"
     for name, shape in heads.items():
-        _check_tensor(name, tensors[name], shape, why)
+        check_tensor(name, tensors[name], shape, why)
     return contact_head

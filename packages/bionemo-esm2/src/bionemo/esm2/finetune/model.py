@@ -85,6 +85,7 @@ class ESM2FinetuneModel(ESM2Model):
         residue_mask: torch.Tensor,
         unpadded: UnpaddedSequences | None = None,
         index: torch.Tensor | None = None,
+        sample_index: torch.Tensor | None = None,
         output_hidden: bool = False,
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """The head's logits of right-padded ``input_ids [b, s]`` (``residue_mask [b, s]``: True on residues).
@@ -92,7 +93,8 @@ class ESM2FinetuneModel(ESM2Model):
         ``unpadded`` (with ``index``, :func:`bionemo.esm2.packing.unpad`'s): ``input_ids [1, T]`` holds the batch's
         real tokens concatenated and the hidden states are put back to ``[s, b, h]`` before the head.
         ``output_hidden=True`` returns ``(logits, hidden [s, b, h])``: the encoder's last hidden states (after the
-        final LayerNorm) too, zeros at padding when ``unpadded``.
+        final LayerNorm) too, zeros at padding when ``unpadded``. ``sample_index [b]`` (each sample's dataset
+        position) keys the head's dropout masks, so that they do not depend on the parallel layout.
         """
         out = super().forward(input_ids, attention_mask, output_hidden=True, output_logits=False, unpadded=unpadded)
         if not self.post_process:
@@ -103,5 +105,5 @@ class ESM2FinetuneModel(ESM2Model):
 
             assert index is not None, "unpadded needs the index that puts the tokens back"
             hidden = repad(hidden, index, *residue_mask.shape)
-        logits = self.head(hidden.transpose(0, 1), residue_mask)
+        logits = self.head(hidden.transpose(0, 1), residue_mask, sample_index)
         return (logits, hidden) if output_hidden else logits

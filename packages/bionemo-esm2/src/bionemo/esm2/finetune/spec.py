@@ -4,7 +4,7 @@ Only the standard library is used, so a fine-tuned file is recognised and checke
 
 A fine-tuned ``model.safetensors`` holds:
 
-- the encoder's tensors under the names of :mod:`bionemo.esm2.weights` without the language-model head
+- the encoder's tensors under the names of :mod:`bionemo.esm2.checkpoints.weights` without the language-model head
   (:data:`LM_HEAD_PREFIXES`); with LoRA, the base weights unmerged plus each adapted layer's whole factors
   ``<layer>.lora_A.weight`` ``[rank, in]`` and ``<layer>.lora_B.weight`` ``[out, rank]``
   (:func:`bionemo.layers.lora_state_dict`'s layout, e.g. ``decoder.layers.0.self_attention.linear_qkv.lora_A.weight``);

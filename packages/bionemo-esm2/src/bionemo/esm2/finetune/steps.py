@@ -15,17 +15,19 @@ def finetune_forward_step(model: Any, batch: dict[str, Any]) -> dict[str, torch.
     ``batch`` is :func:`bionemo.esm2.finetune.data.collate_labelled`'s after :func:`bionemo.esm2.data.data_step`
     (``padding`` is the attention mask, or None when no row is padded). Where :func:`runs_unpadded`, the model
     runs on the batch's real tokens concatenated (:func:`bionemo.esm2.packing.unpad`): the same logits without
-    the padding's work. On a pipeline stage before the last: the stage's output tensor, which megatron's schedule
+    the padding's work. The batch's ``sample_index`` keys the head's dropout masks (the same on every layout).
+    On a pipeline stage before the last: the stage's output tensor, which megatron's schedule
     sends on.
     """
     tokens = batch["tokens"]
+    keys = {"sample_index": batch["sample_index"]} if "sample_index" in batch else {}
     if runs_unpadded(model, tokens):
         from bionemo.esm2.packing import unpad
 
         ids, sequences, index = unpad(tokens, batch["host_lengths"])
-        output = model(ids, None, residue_mask=batch["residue_mask"], unpadded=sequences, index=index)
+        output = model(ids, None, residue_mask=batch["residue_mask"], unpadded=sequences, index=index, **keys)
     else:
-        output = model(tokens, batch.get("padding"), residue_mask=batch["residue_mask"])
+        output = model(tokens, batch.get("padding"), residue_mask=batch["residue_mask"], **keys)
     return {"logits": output} if ParallelGroups.current().is_last_stage else output
 
 

@@ -360,7 +360,7 @@ def prepare_model(model: Any, *, spec: FinetuneSpec, tensors: dict[str, Any], wi
     """
     import torch
 
-    from bionemo.esm2.weights import apply_weights
+    from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.layers import apply_lora
 
     def adapt() -> None:

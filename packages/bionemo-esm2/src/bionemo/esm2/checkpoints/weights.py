@@ -17,7 +17,7 @@ from safetensors import safe_open
 
 from bionemo.core.safetensors_io import save_safetensors_atomically
 from bionemo.esm2._pipeline import gather_stages, pipeline_group, whole_model_names
-from bionemo.recipes.settings import SettingsError
+from bionemo.esm2.hf.layout import CheckpointError
 
 __all__ = [
     "TIED_COPIES",
@@ -126,16 +126,16 @@ def read_metadata(path: Path) -> dict[str, Any]:
     """The JSON metadata of a weights file.
 
     Raises:
-        SettingsError: Missing file or not a readable safetensors file.
+        CheckpointError: Missing file or not a readable safetensors file.
     """
     if not path.is_file():
-        raise SettingsError(f"checkpoint {path} does not exist", "--checkpoint")
+        raise CheckpointError(f"checkpoint {path} does not exist")
     try:
         with safe_open(str(path), framework="pt") as f:
             raw = f.metadata() or {}
         return {key: json.loads(value) for key, value in raw.items()}
     except Exception as error:
-        raise SettingsError(f"checkpoint {path} is not a readable safetensors file: {error}", "--checkpoint") from None
+        raise CheckpointError(f"checkpoint {path} is not a readable safetensors file: {error}") from None
 
 
 def read_weights(path: Path) -> dict[str, torch.Tensor]:

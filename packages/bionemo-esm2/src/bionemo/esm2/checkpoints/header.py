@@ -4,7 +4,7 @@
 ``config.json`` or weight files are unusable, and a bionemo ``.safetensors`` file that is not a complete
 safetensors file or lacks its model config, and checks every tensor's name, shape and type against the model
 settings, all from ``config.json``, shard indexes and safetensors headers. What only the values show (NaN/Inf,
-a damaged ``pytorch_model.bin``) is found when :func:`bionemo.esm2.checkpoint.load_checkpoint` reads them.
+a damaged ``pytorch_model.bin``) is found when :func:`bionemo.esm2.checkpoints.load.load_checkpoint` reads them.
 
 Fine-tuned models are read too: a bionemo file whose metadata holds
 :data:`~bionemo.esm2.finetune.spec.FINETUNE_KEY` (encoder without LM head, LoRA factors, head:
@@ -28,7 +28,7 @@ from bionemo.esm2.catalog import ESM_DEFAULTS
 from bionemo.esm2.finetune.hf_heads import HF_HEAD_PREFIX, check_hf_head_layout, read_hf_finetune_spec
 from bionemo.esm2.finetune.layout import check_finetuned_layout, read_finetune_spec
 from bionemo.esm2.finetune.spec import FinetuneSpec
-from bionemo.esm2.hf_layout import (
+from bionemo.esm2.hf.layout import (
     CONTACT_HEAD,
     HF_WEIGHT_FILES,
     CheckpointError,
@@ -56,7 +56,7 @@ class CheckpointHeader:
     source: str = "bionemo"
     """``"bionemo"`` or ``"huggingface"``."""
     contact_head: bool | None = False
-    """Whether the checkpoint holds a contact head (``bionemo.esm2.hf_layout.CONTACT_HEAD``); None where the
+    """Whether the checkpoint holds a contact head (``bionemo.esm2.hf.layout.CONTACT_HEAD``); None where the
     headers cannot tell (a Hugging Face ``pytorch_model.bin``: known once its tensors are read)."""
     finetune: FinetuneSpec | None = None
     """The fine-tuned model's task, head and labels; None for pretrained weights (with their LM head)."""

@@ -1,7 +1,7 @@
 """Hugging Face ESM-2 folders without their tensors: ``config.json``, and the names and shapes of the tensors.
 
-Standard library only, so that a ``--checkpoint`` is checked (``bionemo.esm2.checkpoint_header``) before torch
-is imported. ``bionemo.esm2.hf`` reads and converts the tensors themselves; its docstring maps the names.
+Standard library only, so that a ``--checkpoint`` is checked (``bionemo.esm2.checkpoints.header``) before torch
+is imported. :mod:`bionemo.esm2.hf.files` reads and converts the tensors themselves; its docstring maps the names.
 """
 
 import json
@@ -26,13 +26,18 @@ __all__ = [
     "check_bionemo_layout",
     "check_contact_head",
     "check_hf_layout",
+    "check_tensor",
     "contact_head_shapes",
     "hf_config",
     "hf_index_shards",
     "hf_names",
+    "hf_pairs",
     "hf_rotary_base",
+    "hf_shapes",
     "is_hf_folder",
+    "listing",
     "padded_vocab_size",
+    "read_config_json",
     "read_hf_config",
 ]
 
@@ -68,7 +73,8 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be used: the message names the file or folder, what is wrong and what is valid."""
 
 
-def _listing(names: Iterable[str], limit: int = _SHOWN) -> str:
+def listing(names: Iterable[str], limit: int = _SHOWN) -> str:
+    """The first ``limit`` of ``names``, comma-separated, and how many more there are (for error messages)."""
     names = list(names)
     shown = ", ".join(names[:limit])
     return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
@@ -113,7 +119,7 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
             not divide.
     """
     path = Path(folder) / "config.json"
-    config = _config_json(path)
+    config = read_config_json(path)
     _check_esm2_kind(path, config)
     hidden, heads, seq_length = _checked_shape(path, config)
     settings = _checked_rates(path, config)
@@ -132,8 +138,12 @@ def read_hf_config(folder: Path) -> dict[str, Any]:
     }
 
 
-def _config_json(path: Path) -> dict[str, Any]:
-    """``config.json``'s settings, or a :class:`CheckpointError` saying why there are none."""
+def read_config_json(path: Path) -> dict[str, Any]:
+    """The settings of the ``config.json`` at ``path``.
+
+    Raises:
+        CheckpointError: No such file, unreadable JSON, or JSON that is not an object.
+    """
     if not path.is_file():
         raise CheckpointError(
             f"Hugging Face folder {path.parent} has no config.json; an ESM-2 folder needs config.json and "
@@ -271,7 +281,7 @@ class TensorInfo(NamedTuple):
     floating_point: bool
 
 
-def _hf_pairs(num_layers: int, lm_head: bool = True) -> list[tuple[str, str]]:
+def hf_pairs(num_layers: int, lm_head: bool = True) -> list[tuple[str, str]]:
     """(bionemo name, Hugging Face name without ``esm.``) of every tensor copied one to one (``lm_head``: its too)."""
     pairs = [("decoder.final_layernorm", "encoder.emb_layer_norm_after")]
     for i in range(num_layers):
@@ -288,7 +298,7 @@ def _hf_pairs(num_layers: int, lm_head: bool = True) -> list[tuple[str, str]]:
     return [(f"{a}.{kind}", f"{b}.{kind}") for a, b in pairs for kind in ("weight", "bias")]
 
 
-def _hf_shapes(model: Mapping[str, Any], lm_head: bool = True) -> dict[str, tuple[int, ...]]:
+def hf_shapes(model: Mapping[str, Any], lm_head: bool = True) -> dict[str, tuple[int, ...]]:
     """Hugging Face name (without ``esm.`` for the encoder) -> shape, for every tensor the model needs.
 
     Without ``lm_head``, the encoder's only (``EsmModel``'s, as in ``EsmFor{Sequence,Token}Classification``).
@@ -339,13 +349,13 @@ def check_contact_head(found: Mapping[str, str], tensors: Mapping[str, TensorInf
             "both contact-head tensors or neither"
         )
     for name, shape in contact_head_shapes(model).items():
-        _check_tensor(
+        check_tensor(
             found[name], tensors[found[name]], shape, f"one weight per layer and attention head: {_config_text(model)}"
         )
     return True
 
 
-def _check_tensor(name: str, info: TensorInfo, shape: tuple[int, ...], why: str) -> None:
+def check_tensor(name: str, info: TensorInfo, shape: tuple[int, ...], why: str) -> None:
     """``name``'s tensor has ``shape`` (``why``: the config it follows from) and a floating-point type."""
     if info.shape != shape:
         raise CheckpointError(f"tensor {name} has shape {info.shape}, the config needs {shape} ({why})")
@@ -367,11 +377,11 @@ def bionemo_shapes(model: Mapping[str, Any], *, lm_head: bool = True) -> dict[st
     """
     h = int(model["hidden_size"])
     shapes: dict[str, tuple[int, ...]] = {"embedding.word_embeddings.weight": (VOCAB_SIZE, h)}
-    hf = _hf_shapes(model, lm_head)
+    hf = hf_shapes(model, lm_head)
     for i in range(int(model["num_layers"])):
         shapes[f"decoder.layers.{i}.self_attention.linear_qkv.weight"] = (3 * h, h)
         shapes[f"decoder.layers.{i}.self_attention.linear_qkv.bias"] = (3 * h,)
-    for mine, theirs in _hf_pairs(int(model["num_layers"]), lm_head):
+    for mine, theirs in hf_pairs(int(model["num_layers"]), lm_head):
         shapes[mine] = hf[theirs]
     if lm_head:
         shapes["output_layer.bias"] = (VOCAB_SIZE,)
@@ -412,16 +422,16 @@ def check_hf_layout(
             return found[base]
         return f"esm.{base}" if prefixed and not base.startswith("lm_head.") else base
 
-    shapes = _hf_shapes(model, lm_head)
+    shapes = hf_shapes(model, lm_head)
     missing = [shown(name) for name in shapes if name not in found]
     if missing:
         kind = "an EsmForMaskedLM" if lm_head else "an ESM-2 encoder"
         raise CheckpointError(
             f"{len(missing)} Hugging Face tensor(s) are missing for {kind} with {_config_text(model)}: "
-            f"{_listing(missing)}"
+            f"{listing(missing)}"
         )
     for name, shape in shapes.items():
-        _check_tensor(found[name], tensors[found[name]], shape, f"config.json: {_config_text(model)}")
+        check_tensor(found[name], tensors[found[name]], shape, f"config.json: {_config_text(model)}")
     check_contact_head(found, tensors, model)
     return found
 
@@ -447,7 +457,7 @@ def check_bionemo_layout(
     shapes = bionemo_shapes(model, lm_head=lm_head)
     missing = [name for name in shapes if name not in tensors]
     if missing:
-        raise CheckpointError(f"{len(missing)} bionemo tensor(s) are missing: {_listing(missing)}")
+        raise CheckpointError(f"{len(missing)} bionemo tensor(s) are missing: {listing(missing)}")
     for name, shape in shapes.items():
         info = tensors[name]
         found = info.shape

@@ -1,8 +1,11 @@
 """Model checkpoints a user passes with ``--checkpoint``: a Hugging Face ESM-2 folder or a bionemo safetensors file.
 
+:func:`load_checkpoint` reads one into tensors and settings; :func:`load_model` makes a ready model of it (for use
+from Python: notebooks, scripts).
+
 Everything is read and checked here, on the host, before any process group starts: unreadable files, missing
 tensors, shapes that disagree with the config and NaN/Inf values each raise a :class:`CheckpointError` that
-names the file and the tensor. ``bionemo.esm2.checkpoint_header`` makes the checks that need no tensor data
+names the file and the tensor. ``bionemo.esm2.checkpoints.header`` makes the checks that need no tensor data
 without importing torch; the CLI runs them before anything else.
 
 A fine-tuned model (:attr:`LoadedCheckpoint.finetune` set) has no LM head: its encoder, LoRA factors and head
@@ -15,15 +18,15 @@ from typing import Any
 
 import torch
 
-from bionemo.esm2.checkpoint_header import ESM_DEFAULTS, read_checkpoint_header
+from bionemo.esm2.checkpoints.header import ESM_DEFAULTS, read_checkpoint_header
+from bionemo.esm2.checkpoints.weights import apply_weights, read_weights
 from bionemo.esm2.finetune.hf_tensors import load_hf_finetuned
 from bionemo.esm2.finetune.layout import check_finetuned_layout
 from bionemo.esm2.finetune.spec import FinetuneSpec
-from bionemo.esm2.hf import CheckpointError, _check_finite, _tensor_info, check_bionemo_tensors, load_hf_checkpoint
-from bionemo.esm2.hf_layout import CONTACT_HEAD
-from bionemo.esm2.weights import read_weights
+from bionemo.esm2.hf.files import check_bionemo_tensors, check_finite, load_hf_checkpoint, tensor_info
+from bionemo.esm2.hf.layout import CONTACT_HEAD, CheckpointError
 
-__all__ = ["ESM_DEFAULTS", "CheckpointError", "LoadedCheckpoint", "check_tensors", "load_checkpoint"]
+__all__ = ["ESM_DEFAULTS", "CheckpointError", "LoadedCheckpoint", "check_tensors", "load_checkpoint", "load_model"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -33,7 +36,7 @@ class LoadedCheckpoint:
     path: Path
     """The file or folder given."""
     tensors: dict[str, torch.Tensor]
-    """bionemo tensor names (see ``bionemo.esm2.hf.bionemo_shapes``), float32 or as stored, on CPU; a fine-tuned
+    """bionemo tensor names (see ``bionemo.esm2.hf.layout.bionemo_shapes``), float32 or as stored, on CPU; a fine-tuned
     model's encoder (no LM head), LoRA factors and ``head.*`` tensors (``bionemo.esm2.finetune.spec``)."""
     model: dict[str, Any]
     """``ESM2Config`` settings: shape, ``seq_length``, ``token_dropout``, layer-norm epsilon, dropout."""
@@ -48,7 +51,7 @@ class LoadedCheckpoint:
 
     @property
     def contact_head(self) -> bool:
-        """Whether :attr:`tensors` hold the contact head (``bionemo.esm2.hf_layout.CONTACT_HEAD``, checked)."""
+        """Whether :attr:`tensors` hold the contact head (``bionemo.esm2.hf.layout.CONTACT_HEAD``, checked)."""
         return all(name in self.tensors for name in CONTACT_HEAD)
 
 
@@ -62,17 +65,17 @@ def check_tensors(
 
     Raises:
         CheckpointError: ``where``, then the missing tensors, or the tensor with its shape and the expected one,
-            or the tensor holding NaN/Inf (``bionemo.esm2.hf.check_bionemo_tensors``).
+            or the tensor holding NaN/Inf (``bionemo.esm2.hf.files.check_bionemo_tensors``).
     """
     try:
         if finetune is None:
             check_bionemo_tensors(tensors, model, padded_vocab=False)
             return
         check_bionemo_tensors(tensors, model, padded_vocab=False, lm_head=False)
-        check_finetuned_layout({name: _tensor_info(value) for name, value in tensors.items()}, model, finetune)
+        check_finetuned_layout({name: tensor_info(value) for name, value in tensors.items()}, model, finetune)
         for name, value in tensors.items():
             if value.is_floating_point():
-                _check_finite(name, value)
+                check_finite(name, value)
     except CheckpointError as error:
         raise CheckpointError(f"{where}: {error}") from None
 
@@ -80,7 +83,7 @@ def check_tensors(
 def load_checkpoint(path: Path) -> LoadedCheckpoint:
     """Read and check ``path``: a Hugging Face ESM-2 folder or a bionemo ``.safetensors`` file.
 
-    The headers are checked first (``bionemo.esm2.checkpoint_header.read_checkpoint_header``), then the tensors
+    The headers are checked first (``bionemo.esm2.checkpoints.header.read_checkpoint_header``), then the tensors
     are read and checked again, values included.
 
     Raises:
@@ -104,3 +107,26 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
         raise CheckpointError(f"checkpoint {path} cannot be read (truncated or corrupted?): {error}") from None
     check_tensors(tensors, header.model, f"checkpoint {path}", spec)
     return LoadedCheckpoint(path=path, tensors=tensors, model=header.model, metadata=header.metadata, finetune=spec)
+
+
+def load_model(path: Path | str, *, device: str = "cpu"):
+    """An :class:`~bionemo.esm2.model.ESM2Model` in eval mode with the weights of ``path``, on ``device``.
+
+    ``path`` is a Hugging Face ESM-2 folder or a bionemo ``.safetensors`` file (see
+    :func:`load_checkpoint`). Sets up megatron's parallel state for one process
+    (tensor / pipeline parallel size 1) if nothing else has.
+
+    Raises:
+        CheckpointError: The checkpoint cannot be used (the message says why).
+    """
+    from bionemo.core.megatron_env import prepare_megatron_import
+
+    prepare_megatron_import()
+    from bionemo.esm2.model import ESM2Config
+    from bionemo.lightning import ensure_model_parallel
+
+    checkpoint = load_checkpoint(Path(path))
+    ensure_model_parallel()
+    model = ESM2Config(**checkpoint.model).configure_model()
+    apply_weights(model, checkpoint.tensors)
+    return model.to(device).eval()

@@ -2,8 +2,7 @@
 
 Reads and writes the files themselves (``config.json``, safetensors or ``pytorch_model.bin``, tokenizer files)
 without importing ``transformers``; ``config.json`` and the tensor names and shapes (no torch) are in
-``bionemo.esm2.hf_layout``, whose names this module re-exports. bionemo tensors are whole (unsharded)
-megatron-core names:
+:mod:`bionemo.esm2.hf.layout`. bionemo tensors are whole (unsharded) megatron-core names:
 
 =====================================================  ================================================
 bionemo (megatron-core)                                Hugging Face (``EsmForMaskedLM``)
@@ -40,7 +39,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bionemo.core.atomic_files import give_default_permissions
-from bionemo.esm2.hf_layout import (
+from bionemo.esm2.hf.layout import (
     CONTACT_HEAD,
     ESM_VOCAB,
     HF_ROTARY_BASE,
@@ -48,35 +47,26 @@ from bionemo.esm2.hf_layout import (
     VOCAB_SIZE,
     CheckpointError,
     TensorInfo,
-    _hf_pairs,
-    _hf_shapes,
-    _listing,
     bionemo_shapes,
     check_bionemo_layout,
     check_hf_layout,
     hf_config,
     hf_index_shards,
+    hf_pairs,
     hf_rotary_base,
-    is_hf_folder,
-    padded_vocab_size,
+    hf_shapes,
+    listing,
     read_hf_config,
 )
 
 __all__ = [
-    "ESM_VOCAB",
-    "HF_WEIGHT_FILES",
-    "CheckpointError",
-    "bionemo_shapes",
     "bionemo_to_hf",
     "check_bionemo_tensors",
-    "hf_config",
-    "hf_rotary_base",
+    "check_finite",
     "hf_to_bionemo",
-    "is_hf_folder",
     "load_hf_checkpoint",
-    "padded_vocab_size",
-    "read_hf_config",
     "read_hf_tensors",
+    "tensor_info",
     "write_folder",
     "write_hf_folder",
 ]
@@ -144,12 +134,17 @@ def _ignored_kind(name: str) -> str | None:
     return None
 
 
-def _tensor_info(value: torch.Tensor) -> TensorInfo:
-    """What the layout checks of ``bionemo.esm2.hf_layout`` need of ``value``."""
+def tensor_info(value: torch.Tensor) -> TensorInfo:
+    """What the layout checks of :mod:`bionemo.esm2.hf.layout` need of ``value``."""
     return TensorInfo(str(value.dtype), tuple(value.shape), value.is_floating_point())
 
 
-def _check_finite(name: str, value: torch.Tensor) -> None:
+def check_finite(name: str, value: torch.Tensor) -> None:
+    """Refuse a tensor ``name`` holding NaN or Inf.
+
+    Raises:
+        CheckpointError: ``value`` has a NaN or Inf element.
+    """
     if not bool(torch.isfinite(value).all()):
         raise CheckpointError(f"tensor {name} holds NaN or Inf values; the checkpoint is damaged")
 
@@ -180,10 +175,10 @@ def hf_to_bionemo(
     if padded_vocab_size < VOCAB_SIZE:
         raise ValueError(f"padded_vocab_size {padded_vocab_size} is below ESM-2's {VOCAB_SIZE} tokens")
     # name without "esm." -> name in the file
-    layout = {name: _tensor_info(value) for name, value in hf_tensors.items()}
+    layout = {name: tensor_info(value) for name, value in hf_tensors.items()}
     found = check_hf_layout(layout, model, lm_head=lm_head)
-    for name in [*_hf_shapes(model, lm_head), *(name for name in CONTACT_HEAD if name in found)]:
-        _check_finite(found[name], hf_tensors[found[name]])
+    for name in [*hf_shapes(model, lm_head), *(name for name in CONTACT_HEAD if name in found)]:
+        check_finite(found[name], hf_tensors[found[name]])
     _check_rotary_buffers(found, hf_tensors, model)
 
     def get(base: str) -> torch.Tensor:
@@ -233,7 +228,7 @@ def _converted(
             ours[f"decoder.layers.{i}.self_attention.linear_qkv.{kind}"] = torch.stack([q, k, v], dim=1).reshape(
                 3 * h, *shape[2:]
             )
-    for mine, theirs in _hf_pairs(int(model["num_layers"]), lm_head):
+    for mine, theirs in hf_pairs(int(model["num_layers"]), lm_head):
         ours[mine] = get(theirs)
     if lm_head:
         bias = torch.zeros(padded_vocab_size)
@@ -251,7 +246,7 @@ def _conversion_notes(
 ) -> list[str]:
     """One-line notes on the Hugging Face tensors left out: known non-weights, an untied decoder, unknown names."""
     notes: list[str] = []
-    used = {*_hf_shapes(model, lm_head), *CONTACT_HEAD}
+    used = {*hf_shapes(model, lm_head), *CONTACT_HEAD}
     ignored: dict[str, list[str]] = {}
     unknown: list[str] = []
     for base, name in found.items():
@@ -265,7 +260,7 @@ def _conversion_notes(
     if ignored:
         parts = []
         for kind, names in ignored.items():
-            parts.append(f"{kind}: {_listing(names, 2)}" if len(names) > 1 else f"{kind}: {names[0]}")
+            parts.append(f"{kind}: {listing(names, 2)}" if len(names) > 1 else f"{kind}: {names[0]}")
         notes.append("ignored Hugging Face tensors that are not model weights here; " + "; ".join(parts))
     decoder = found.get("lm_head.decoder.weight")
     if decoder is not None and lm_head:
@@ -279,7 +274,7 @@ def _conversion_notes(
             )
     if unknown:
         kind = "an ESM-2 EsmForMaskedLM" if lm_head else "an ESM-2 encoder"
-        notes.append(f"ignored: {len(unknown)} tensor(s) not part of {kind}: {_listing(unknown)}")
+        notes.append(f"ignored: {len(unknown)} tensor(s) not part of {kind}: {listing(unknown)}")
     return notes
 
 
@@ -298,10 +293,10 @@ def check_bionemo_tensors(
         CheckpointError: Missing tensors (named), a tensor whose shape disagrees with ``model``, or NaN/Inf; the
             same for the optional contact head (:data:`CONTACT_HEAD`: both tensors or neither).
     """
-    layout = {name: _tensor_info(value) for name, value in tensors.items()}
+    layout = {name: tensor_info(value) for name, value in tensors.items()}
     contact_head = check_bionemo_layout(layout, model, padded_vocab=padded_vocab, lm_head=lm_head)
     for name in [*bionemo_shapes(model, lm_head=lm_head), *(CONTACT_HEAD if contact_head else ())]:
-        _check_finite(name, tensors[name])
+        check_finite(name, tensors[name])
 
 
 def _rotary_inv_freq(head_dim: int, base: float) -> torch.Tensor:
@@ -350,7 +345,7 @@ def bionemo_to_hf(
             for j, part in enumerate(("query", "key", "value")):
                 hf[f"{attention}{part}.{kind}"] = qkv[:, j].reshape(h, *shape[3:])
         hf[f"{attention}rotary_embeddings.inv_freq"] = inv_freq
-    for mine, theirs in _hf_pairs(int(model["num_layers"]), lm_head):
+    for mine, theirs in hf_pairs(int(model["num_layers"]), lm_head):
         hf[theirs if theirs.startswith("lm_head.") else f"esm.{theirs}"] = get(mine)
     if lm_head:
         hf["lm_head.bias"] = get("output_layer.bias")[:VOCAB_SIZE]
