@@ -17,7 +17,7 @@ CODE = """
 import logging, sys, warnings
 import bionemo.core, bionemo.collate, bionemo.losses, bionemo.layers, bionemo.callbacks, bionemo.lightning
 import bionemo.llm.lightning, bionemo.recipes, bionemo.recipes.trainers, bionemo.recipes.outputs, bionemo.esm2
-import bionemo.esm2.model, bionemo.esm2.steps, bionemo.cli.app
+import bionemo.esm2.model.esm2, bionemo.esm2.model.steps, bionemo.cli.app
 print("imported", file=sys.stderr, flush=True)
 warnings.warn("Transformer Engine and Apex are not installed, says the user's own code")
 logging.getLogger("megatron.core.utils").warning("another note of megatron-core")

@@ -32,21 +32,21 @@ from pathlib import Path
 
 PHASES = (  # (label, file suffix, function name): cumulative time of that function in the profile
     ("CLI command (all below)", "bionemo/cli/run.py", "_run"),
-    ("  read + check checkpoint (torch import included)", "bionemo/esm2/_common.py", "checked_checkpoint"),
-    ("  read sequences", "bionemo/esm2/readers.py", "read_sequences"),
-    ("  _predict (all below but the checks)", "bionemo/esm2/predict.py", "_predict"),
-    ("  _run_prediction (all below)", "bionemo/esm2/predict.py", "_run_prediction"),
+    ("  read + check checkpoint (torch import included)", "bionemo/esm2/recipes/inputs.py", "checked_checkpoint"),
+    ("  read sequences", "bionemo/esm2/data/readers.py", "read_sequences"),
+    ("  _predict (all below but the checks)", "bionemo/esm2/recipes/predict.py", "_predict"),
+    ("  _run_prediction (all below)", "bionemo/esm2/recipes/predict.py", "_run_prediction"),
     ("    build Trainer", "bionemo/recipes/trainers.py", "build_trainer"),
     ("    trainer.predict (all below)", "lightning/pytorch/trainer/trainer.py", "predict"),
     ("      configure_model: build + weights", "bionemo/lightning/module.py", "configure_model"),
-    ("        build model (megatron)", "bionemo/esm2/model.py", "configure_model"),
-    ("        apply weights", "bionemo/esm2/predict.py", "_load_weights"),
+    ("        build model (megatron)", "bionemo/esm2/model/esm2.py", "configure_model"),
+    ("        apply weights", "bionemo/esm2/recipes/predict.py", "_load_weights"),
     ("      model parallel init", "bionemo/lightning/_parallel_init.py", "ensure_model_parallel"),
     ("      strategy setup (move to device)", "lightning/pytorch/strategies/strategy.py", "setup"),
     ("      prediction loop (data workers included)", "lightning/pytorch/loops/prediction_loop.py", "run"),
     ("        predict steps", "lightning/pytorch/loops/prediction_loop.py", "_predict_step"),
     ("  assemble predictions.safetensors", "bionemo/recipes/outputs.py", "assemble_predictions"),
-    ("  summary", "bionemo/esm2/predict.py", "_summarize"),
+    ("  summary", "bionemo/esm2/recipes/predict.py", "_summarize"),
 )
 
 

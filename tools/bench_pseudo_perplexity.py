@@ -2,7 +2,7 @@
 
 Builds the model of ``--checkpoint`` (default: the bundled demo weights), one length-sorted batch of
 ``--sequences`` random proteins of ``--length`` residues (+-20%), and times
-``bionemo.esm2.steps._pseudo_loss_sums`` on it at each ``--budget`` (0 = the batch's own padded size: the copies
+``bionemo.esm2.model.steps._pseudo_loss_sums`` on it at each ``--budget`` (0 = the batch's own padded size: the copies
 ``micro-batch`` at a time, as before budgets), in alternating rounds; prints the best of ``--rounds`` per budget,
 the copies per second and whether every budget gave the same sums.
 
@@ -40,7 +40,7 @@ def main() -> None:
     from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.data import collate_proteins
     from bionemo.esm2.model import ESM2Config
-    from bionemo.esm2.steps import _pseudo_loss_sums
+    from bionemo.esm2.model.steps import _pseudo_loss_sums
     from bionemo.esm2.tokenizer import AMINO_ACIDS, ProteinTokenizer
     from bionemo.lightning import ensure_model_parallel
 

@@ -100,12 +100,13 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     from megatron.core.optimizer import OptimizerConfig
     from megatron.core.transformer.enums import AttnMaskType
 
-    from bionemo.esm2._common import datamodule, model_config
     from bionemo.esm2.data import MaskedProteinDataset, data_step
+    from bionemo.esm2.data.readers import SequenceRecord
     from bionemo.esm2.model import ESM2Config, ESM2Model
-    from bionemo.esm2.readers import SequenceRecord
+    from bionemo.esm2.model.steps import forward_step
     from bionemo.esm2.recipes import gpu
-    from bionemo.esm2.steps import forward_step
+    from bionemo.esm2.recipes.inputs import datamodule
+    from bionemo.esm2.recipes.model_settings import model_config
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
     from bionemo.recipes.settings import Precision, RunSettings
@@ -246,7 +247,7 @@ def gemm_tflops() -> float:
 
 
 def main() -> None:
-    from bionemo.esm2.train import TRAIN_WORKERS
+    from bionemo.esm2.recipes.train import TRAIN_WORKERS
 
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--mbs", type=int, default=32, help="micro-batch size (recipe: 32)")

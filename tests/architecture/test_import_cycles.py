@@ -27,20 +27,7 @@ PACKAGES = sorted(
 )
 """Every ``bionemo.<pkg>`` of the workspace (a distribution may hold more than one)."""
 
-KNOWN_DEFERRED_CYCLES = {
-    # bionemo-esm2 is a flat folder with a cycle: predict <-> recipes <-> train (and fine-tuning's train/fit).
-    "predict <-> recipes <-> train": frozenset(
-        {
-            "bionemo.esm2.predict",
-            "bionemo.esm2.recipes",
-            "bionemo.esm2.train",
-            "bionemo.esm2.finetune.fit",
-            "bionemo.esm2.finetune.frozen_run",
-            "bionemo.esm2.finetune.predict",
-            "bionemo.esm2.finetune.train",
-        }
-    ),
-}
+KNOWN_DEFERRED_CYCLES: dict[str, frozenset[str]] = {}
 """Cycles (as the set of modules each strongly connected part holds) closed only by imports inside functions."""
 
 

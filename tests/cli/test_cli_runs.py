@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bionemo.esm2.checkpoints.weights import read_metadata
-from bionemo.esm2.readers import read_sequences
+from bionemo.esm2.data.readers import read_sequences
 from bionemo.esm2.recipes import BUNDLED_SEQUENCES
 from bionemo.recipes.outputs import read_predictions
 from support.cli_runs import BIONEMO, CPU_ONLY, bionemo

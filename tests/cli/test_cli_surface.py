@@ -169,7 +169,7 @@ def test_bad_input_exits_2_with_a_clear_message_and_no_output(tmp_path, index, m
 
 
 def test_truncate_lets_long_sequences_through_validation(tmp_path):
-    from bionemo.esm2.readers import read_sequences
+    from bionemo.esm2.data.readers import read_sequences
 
     path = write(tmp_path / "long.fasta", f">big\n{'A' * 200}\n")
     (record,) = read_sequences(path, max_length=128, truncate=True)
@@ -177,7 +177,7 @@ def test_truncate_lets_long_sequences_through_validation(tmp_path):
 
 
 def test_fasta_stop_marker_byte_order_mark_and_truncation_are_handled(tmp_path):
-    from bionemo.esm2.readers import read_sequences
+    from bionemo.esm2.data.readers import read_sequences
 
     path = tmp_path / "uniprot.fasta"
     path.write_bytes("\ufeff>a\nMKV*\n>b\nMKVLA*\n".encode())

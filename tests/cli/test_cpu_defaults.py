@@ -111,7 +111,7 @@ def test_recipes_show_prints_the_defaults_and_names_the_cpu_ones(tmp_path):
 
 
 def test_a_cpu_training_run_uses_and_reports_the_cpu_defaults_and_its_speed(tmp_path, capsys):
-    from bionemo.esm2.train import train
+    from bionemo.esm2.recipes.train import train
 
     recipe = demo()
     defaults = dataclasses.replace(

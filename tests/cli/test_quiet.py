@@ -12,7 +12,7 @@ from lightning.fabric.utilities.warnings import PossibleUserWarning
 
 from bionemo.cli._quiet import quiet_libraries
 from bionemo.core.import_notes import SHOW_IMPORT_NOTES
-from bionemo.esm2.readers import read_sequences
+from bionemo.esm2.data.readers import read_sequences
 from bionemo.esm2.recipes import BUNDLED_SEQUENCES
 
 BIONEMO = [sys.executable, "-m", "bionemo.cli"]

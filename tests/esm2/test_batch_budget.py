@@ -2,7 +2,7 @@
 
 import json
 
-from bionemo.esm2.batch_budget import (
+from bionemo.esm2.recipes.batch_budget import (
     CPU_TOKENS_PER_BATCH,
     GPU_TOKENS_PER_BATCH,
     MEMORY_SHARE,

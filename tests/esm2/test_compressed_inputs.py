@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from bionemo.esm2.readers import (
+from bionemo.esm2.data.readers import (
     CSV_SUFFIXES,
     DATA_FORMATS,
     FASTA_SUFFIXES,

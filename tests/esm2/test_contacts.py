@@ -108,8 +108,8 @@ def test_from_hf_to_hf_keeps_the_contact_head_bit_exact(tmp_path, hf_folder):
     # the converted file predicts the same contacts as the folder it came from (the model, without the CLI)
     from bionemo.esm2.checkpoints.load import load_checkpoint
     from bionemo.esm2.checkpoints.weights import apply_weights
-    from bionemo.esm2.contacts import ContactHead
     from bionemo.esm2.model import ESM2Config
+    from bionemo.esm2.model.contacts import ContactHead
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()
@@ -155,9 +155,9 @@ def test_checkpoints_without_a_contact_head_convert_and_refuse_contacts(tmp_path
 
 
 def test_pytorch_bin_folders_show_their_contact_head_once_read(tmp_path):
-    from bionemo.esm2._common import checked_checkpoint
     from bionemo.esm2.checkpoints.header import read_checkpoint_header
-    from bionemo.esm2.predict import _check_contacts
+    from bionemo.esm2.recipes.inputs import checked_checkpoint
+    from bionemo.esm2.recipes.predict import _check_contacts
 
     folder = tmp_path / "bin"
     random_hf_esm(folder, hidden=32, heads=2, layers=1, safetensors=False)
@@ -199,7 +199,7 @@ def test_damaged_contact_heads_are_refused(tmp_path, edit, message):
 
 
 def test_layouts_that_cannot_see_every_attention_map_are_refused(tmp_path, hf_folder):
-    from bionemo.esm2.predict import _check_contacts, _check_pipeline_outputs, _unpadded
+    from bionemo.esm2.recipes.predict import _check_contacts, _check_pipeline_outputs, _unpadded
 
     sequences = random_sequences(2, seed=14)
     result = invoke(*predict_args(tmp_path, hf_folder, sequences, "u", "--include", "contacts", "--unpadded"), code=2)
@@ -223,10 +223,10 @@ def test_layouts_that_cannot_see_every_attention_map_are_refused(tmp_path, hf_fo
 
 def test_the_step_and_the_model_refuse_maps_they_cannot_compute(hf_folder):
     from bionemo.esm2.checkpoints.load import load_checkpoint
-    from bionemo.esm2.contacts import ContactHead
     from bionemo.esm2.model import ESM2Config
-    from bionemo.esm2.packing import unpad
-    from bionemo.esm2.steps import make_predict_step
+    from bionemo.esm2.model.contacts import ContactHead
+    from bionemo.esm2.model.packing import unpad
+    from bionemo.esm2.model.steps import make_predict_step
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel()

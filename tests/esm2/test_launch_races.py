@@ -3,9 +3,9 @@
 import multiprocessing
 from pathlib import Path
 
-from bionemo.esm2 import train as train_module
-from bionemo.esm2.demo_data import demo_families, write_fasta
+from bionemo.esm2.data.demo import demo_families, write_fasta
 from bionemo.esm2.recipes import demo
+from bionemo.esm2.recipes import train as train_module
 from bionemo.recipes.settings import RunSettings
 
 

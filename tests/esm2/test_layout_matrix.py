@@ -67,7 +67,7 @@ def test_one_process_is_what_the_lightning_module_trains(start, one_process):
 
     from bionemo.esm2.checkpoints.weights import apply_weights, full_state_dict
     from bionemo.esm2.data import MaskedProteinDataset, collate_proteins, training_data_step
-    from bionemo.esm2.steps import forward_step
+    from bionemo.esm2.model.steps import forward_step
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.lightning import BionemoLightningModule, MegatronDataModule, MegatronOptimizerModule
     from support.layout_matrix import GLOBAL, LR, MICRO, SEQUENCES, config, records

@@ -6,7 +6,7 @@ import torch
 from typer.testing import CliRunner
 
 from bionemo.cli.app import app
-from bionemo.esm2.readers import read_sequences
+from bionemo.esm2.data.readers import read_sequences
 from bionemo.esm2.recipes import BUNDLED_SEQUENCES
 from bionemo.recipes.outputs import read_predictions
 

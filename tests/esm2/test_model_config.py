@@ -3,8 +3,8 @@
 import pytest
 import torch
 
-from bionemo.esm2._common import model_config
 from bionemo.esm2.recipes import demo
+from bionemo.esm2.recipes.model_settings import model_config
 from bionemo.recipes.settings import Precision, RunSettings, StrategyChoice
 
 

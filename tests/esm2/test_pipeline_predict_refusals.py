@@ -2,7 +2,7 @@
 
 import pytest
 
-from bionemo.esm2.predict import _check_pipeline_outputs
+from bionemo.esm2.recipes.predict import _check_pipeline_outputs
 from bionemo.recipes.settings import Include, RunSettings, SettingsError
 
 

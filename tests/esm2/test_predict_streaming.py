@@ -168,7 +168,7 @@ def test_a_rerun_with_other_outputs_does_not_reuse_shards(tmp_path):
     result, out = predict(tmp_path, "out", "--data", str(fasta), "--include", "embeddings")
     assert result.exit_code == 0, result.output
     (out / "shards").mkdir()  # an interrupted run's shards, of other outputs
-    from bionemo.esm2.prediction_shards import STAMP
+    from bionemo.esm2.recipes.prediction_shards import STAMP
 
     (out / "shards" / STAMP).write_text(json.dumps({"fingerprint": "another run"}))
     shard(out / "shards" / "predictions_rank0_sample0.safetensors", [0, 1, 2, 3], cls=torch.zeros(4, 64))

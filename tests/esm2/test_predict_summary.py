@@ -52,7 +52,7 @@ def test_summary_separates_the_first_batch_from_the_rest_of_the_loop(tmp_path):
 
 
 def test_speed_after_the_first_batch_leaves_out_its_tokens_and_seconds():
-    from bionemo.esm2.predict import _speed
+    from bionemo.esm2.recipes.predict import _speed
 
     timing = {"tokens": 1000, "predict_seconds": 3.0, "first_batch_seconds": 1.0, "first_batches_tokens": 200}
     assert _speed(timing)["tokens_per_second_after_first_batch"] == 400.0

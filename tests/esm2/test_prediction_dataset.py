@@ -3,7 +3,7 @@
 import torch
 
 from bionemo.esm2.data import PredictionDataset
-from bionemo.esm2.readers import SequenceRecord
+from bionemo.esm2.data.readers import SequenceRecord
 from bionemo.esm2.tokenizer import ProteinTokenizer
 
 RECORDS = [SequenceRecord(id="a", sequence="MKTAYIAKQR"), SequenceRecord(id="b", sequence="MKTAYIAKQR")]

@@ -8,9 +8,9 @@ import torch
 
 from bionemo.esm2.checkpoints.load import load_checkpoint
 from bionemo.esm2.data import collate_proteins
-from bionemo.esm2.pseudo_perplexity import (
+from bionemo.esm2.model.masked_copies import copy_groups
+from bionemo.esm2.recipes.pseudo_perplexity import (
     PseudoPerplexityTimer,
-    copy_groups,
     cost_line,
     pseudo_perplexity_cost,
     remaining_line,
@@ -87,7 +87,7 @@ class _Counting(torch.nn.Module):
 
 @pytest.mark.parametrize("unpadded", [False, True])
 def test_every_budget_gives_transformers_pseudo_perplexity_in_the_planned_forward_passes(tmp_path, unpadded):
-    from bionemo.esm2.steps import make_predict_step
+    from bionemo.esm2.model.steps import make_predict_step
 
     hf, model, batch, sequences, tokenizer = _model_and_batch(tmp_path)
     expected = _transformers_pseudo_perplexity(hf, sequences, tokenizer)

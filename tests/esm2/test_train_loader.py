@@ -2,9 +2,8 @@
 
 import pytest
 
-from bionemo.esm2 import train
-from bionemo.esm2.readers import SequenceRecord
-from bionemo.esm2.recipes import gpu
+from bionemo.esm2.data.readers import SequenceRecord
+from bionemo.esm2.recipes import gpu, train
 from bionemo.recipes.settings import RunSettings
 
 

@@ -6,7 +6,7 @@ with the accelerator and torch's varlen attention stood in for.
 
 import pytest
 
-import bionemo.esm2.predict as predict
+import bionemo.esm2.recipes.predict as predict
 import bionemo.recipes.trainers as trainers
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 

@@ -4,7 +4,7 @@ import torch
 
 from bionemo.esm2.checkpoints.load import load_checkpoint
 from bionemo.esm2.data import collate_proteins
-from bionemo.esm2.packing import repad, unpad
+from bionemo.esm2.model.packing import repad, unpad
 from support.hf_esm import random_hf_esm, random_sequences
 
 
@@ -40,7 +40,7 @@ def test_unpad_and_repad_round_trip():
 
 
 def test_unpadded_step_equals_padded_step_and_transformers(tmp_path):
-    from bionemo.esm2.steps import make_predict_step
+    from bionemo.esm2.model.steps import make_predict_step
 
     hf, model, batch, _ = _model_and_batch(tmp_path)
     options = {"embeddings": True, "logits": True, "perplexity": False, "residues": True, "cls": True}
@@ -63,7 +63,7 @@ def test_unpadded_step_equals_padded_step_and_transformers(tmp_path):
 
 
 def test_unpadded_perplexities_equal_the_padded_ones(tmp_path):
-    from bionemo.esm2.steps import make_predict_step
+    from bionemo.esm2.model.steps import make_predict_step
 
     _, model, batch, tokenizer = _model_and_batch(tmp_path)
     generator = torch.Generator().manual_seed(3)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from bionemo.esm2.checkpoints.weights import full_state_dict, unpadded
-from bionemo.esm2.steps import forward_step, make_predict_step
+from bionemo.esm2.model.steps import forward_step, make_predict_step
 from bionemo.lightning import ensure_model_parallel
 from support.distributed import run_distributed
 from support.pipeline_workers import PREDICT, pp_esm2_config, pp_weights_worker, prediction_batch

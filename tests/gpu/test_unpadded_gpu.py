@@ -13,7 +13,7 @@ def test_unpadded_bf16_on_varlen_flash_attention_equals_padded(tmp_path):
     from bionemo.esm2.checkpoints.weights import apply_weights
     from bionemo.esm2.data import collate_proteins
     from bionemo.esm2.model import ESM2Config
-    from bionemo.esm2.steps import make_predict_step
+    from bionemo.esm2.model.steps import make_predict_step
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.layers import varlen_attention_available
     from bionemo.lightning import ensure_model_parallel

@@ -33,7 +33,7 @@ def cp_worker(rank, world_size, padded: bool):
 
     from bionemo.esm2.data import training_data_step
     from bionemo.esm2.model import ESM2Model
-    from bionemo.esm2.steps import forward_step
+    from bionemo.esm2.model.steps import forward_step
     from bionemo.layers.context_parallel import context_parallel_group, local_chunk
 
     parallel_state.initialize_model_parallel(context_parallel_size=world_size)

@@ -25,7 +25,7 @@ LR = 1e-2
 
 
 def records(n: int, seed: int) -> list:
-    from bionemo.esm2.readers import SequenceRecord
+    from bionemo.esm2.data.readers import SequenceRecord
 
     gen = torch.Generator().manual_seed(seed)
     alphabet = "ACDEFGHIKLMNPQRSTVWY"
@@ -95,7 +95,7 @@ def _micro_batches(dataset, layout, rank: int) -> list[dict[str, Any]]:
 def _forward_backward(model, batch: dict[str, Any], groups: dict[str, Any], *, backward: bool):
     """One micro-batch through this rank's stage (PP 1 or 2); the loss sum and token count on the last stage."""
     from bionemo.esm2.data import training_data_step
-    from bionemo.esm2.steps import forward_step
+    from bionemo.esm2.model.steps import forward_step
     from bionemo.losses import MaskedTokenLossReduction
 
     step = training_data_step(iter([batch]))

@@ -95,7 +95,7 @@ def finetune_config(case: str, tp: int = 1):
 def start_weights() -> dict[str, dict[str, torch.Tensor]]:
     """Per case, what every layout starts from: the pretrained encoder (no LM head) and the head's initialisation."""
     from bionemo.esm2.checkpoints.weights import unpadded
-    from bionemo.esm2.finetune.train import encoder_tensors
+    from bionemo.esm2.finetune.module import encoder_tensors
 
     base = encoder_tensors(unpadded(initial_weights(), 33))
     starts = {}
@@ -142,8 +142,8 @@ def train(case: str, start: dict[str, torch.Tensor], groups) -> dict[str, Any]:
 
     from bionemo.esm2.checkpoints.weights import full_state_dict, unpadded
     from bionemo.esm2.finetune.data import LabelledDataset
+    from bionemo.esm2.finetune.module import encoder_tensors, prepare_model
     from bionemo.esm2.finetune.reduction import FinetuneLossReduction
-    from bionemo.esm2.finetune.train import encoder_tensors, prepare_model
     from bionemo.lightning.optimizer import megatron_param_groups
     from bionemo.losses import LOSS_SUM_KEY
 

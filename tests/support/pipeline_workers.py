@@ -80,7 +80,7 @@ def pp_weights_worker(rank: int, world_size: int, whole: dict[str, torch.Tensor]
     from megatron.core import parallel_state
 
     from bionemo.esm2.checkpoints.weights import apply_weights, full_state_dict
-    from bionemo.esm2.steps import forward_step, make_predict_step
+    from bionemo.esm2.model.steps import forward_step, make_predict_step
 
     parallel_state.initialize_model_parallel(
         pipeline_model_parallel_size=world_size, distributed_timeout_minutes=TIMEOUT_MINUTES

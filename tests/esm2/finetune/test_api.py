@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from bionemo.esm2.data.readers import InputError
 from bionemo.esm2.finetune.api import FinetunedModel, _write_labelled, finetune
 from bionemo.esm2.finetune.tasks import Task, read_labelled_csv
-from bionemo.esm2.readers import InputError
 from bionemo.recipes.outputs import read_predictions
 from bionemo.recipes.settings import SettingsError
 from support.cli_runs import bionemo

@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bionemo.esm2.data.readers import InputError
 from bionemo.esm2.finetune.tasks import (
     LabelledRecord,
     LabelVocabulary,
@@ -18,7 +19,6 @@ from bionemo.esm2.finetune.tasks import (
     read_labelled_csv,
     split,
 )
-from bionemo.esm2.readers import InputError
 
 
 def write(tmp_path: Path, text: str, name: str = "data.csv") -> Path:

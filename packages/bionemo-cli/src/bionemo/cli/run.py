@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from bionemo.esm2.data.readers import DATA_FORMATS
 from bionemo.esm2.finetune.head_config import HeadChoice  # the standard library only: --help stays fast
 from bionemo.esm2.finetune.spec import LORA_TARGETS, EncoderMode
 from bionemo.esm2.finetune.tasks import Task
-from bionemo.esm2.readers import DATA_FORMATS
 from bionemo.recipes.choices import Accelerator, Include, OutputDtype, Precision, StrategyChoice, WriteIntervalChoice
 
 if TYPE_CHECKING:

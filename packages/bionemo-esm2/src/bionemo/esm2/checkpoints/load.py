@@ -110,7 +110,7 @@ def load_checkpoint(path: Path) -> LoadedCheckpoint:
 
 
 def load_model(path: Path | str, *, device: str = "cpu"):
-    """An :class:`~bionemo.esm2.model.ESM2Model` in eval mode with the weights of ``path``, on ``device``.
+    """An :class:`~bionemo.esm2.model.esm2.ESM2Model` in eval mode with the weights of ``path``, on ``device``.
 
     ``path`` is a Hugging Face ESM-2 folder or a bionemo ``.safetensors`` file (see
     :func:`load_checkpoint`). Sets up megatron's parallel state for one process
@@ -122,7 +122,7 @@ def load_model(path: Path | str, *, device: str = "cpu"):
     from bionemo.core.megatron_env import prepare_megatron_import
 
     prepare_megatron_import()
-    from bionemo.esm2.model import ESM2Config
+    from bionemo.esm2.model.esm2 import ESM2Config
     from bionemo.lightning import ensure_model_parallel
 
     checkpoint = load_checkpoint(Path(path))

@@ -3,7 +3,7 @@
 Files hold whole (unsharded) tensors with exactly ``vocab_size`` vocabulary rows: the padding megatron's
 vocab-parallel layers need depends on the tensor-parallel size and is added when weights are applied. Names are
 the whole model's (``decoder.layers.0`` .. ``decoder.layers.{num_layers - 1}``), whatever pipeline stage holds a
-layer (:mod:`bionemo.esm2._pipeline`); files never hold the last stage's copy of the tied word embeddings
+layer (:mod:`bionemo.esm2.model.pipeline`); files never hold the last stage's copy of the tied word embeddings
 (:data:`TIED_COPIES`).
 """
 
@@ -16,8 +16,8 @@ import torch
 from safetensors import safe_open
 
 from bionemo.core.safetensors_io import save_safetensors_atomically
-from bionemo.esm2._pipeline import gather_stages, pipeline_group, whole_model_names
 from bionemo.esm2.hf.layout import CheckpointError
+from bionemo.esm2.model.pipeline import gather_stages, pipeline_group, whole_model_names
 
 __all__ = [
     "TIED_COPIES",

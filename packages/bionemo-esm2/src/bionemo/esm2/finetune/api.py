@@ -4,7 +4,7 @@
 same settings (:class:`~bionemo.recipes.settings.RunSettings`), checks, training and files. The caller writes no
 file: the sequences and labels are written as the CLI's labelled CSV into a temporary folder and read back by
 :func:`~bionemo.esm2.finetune.tasks.read_labelled_csv`, so every validation rule is the CLI's. Errors are the CLI's
-:class:`~bionemo.recipes.settings.SettingsError` / :class:`~bionemo.esm2.readers.InputError` (``ValueError``
+:class:`~bionemo.recipes.settings.SettingsError` / :class:`~bionemo.esm2.data.readers.InputError` (``ValueError``
 subclasses) with the temporary file's name replaced by the argument's: ``sequences[3]`` is ``sequences``' item 3
 (from 0), ``val_sequences`` the validation set's.
 
@@ -92,7 +92,7 @@ class FinetunedModel:
             SettingsError: What ``--checkpoint`` refuses (missing, damaged, wrong tensors), or a pretrained model
                 (it has no task head).
         """
-        from bionemo.esm2._common import checked_checkpoint_header
+        from bionemo.esm2.recipes.inputs import checked_checkpoint_header
 
         header = checked_checkpoint_header(Path(path))
         spec = getattr(header, "finetune", None)
@@ -144,8 +144,8 @@ class FinetunedModel:
             TypeError: ``sequences`` is a string or holds something other than strings and pairs.
         """
         _prepare_imports()
-        from bionemo.esm2.predict import predict
         from bionemo.esm2.recipes import demo
+        from bionemo.esm2.recipes.predict import predict
 
         options: dict[str, Any] = {
             "checkpoint": self.path,
@@ -446,7 +446,7 @@ def _named_inputs(names: dict[Path, str]) -> Iterator[None]:
 
     The reader names rows ``path:line`` where ``line`` 2 is the first data row: item 0 of the argument.
     """
-    from bionemo.esm2.readers import InputError
+    from bionemo.esm2.data.readers import InputError
 
     try:
         yield
@@ -468,7 +468,7 @@ def _read_predictions(out: Path, spec: FinetuneSpec) -> Predictions:
     from safetensors import safe_open
 
     from bionemo.esm2.finetune.predict import LABELS_KEY, PREDICTIONS_CSV, output_key
-    from bionemo.esm2.prediction_shards import PREDICTIONS
+    from bionemo.esm2.recipes.prediction_shards import PREDICTIONS
     from bionemo.recipes.outputs import read_predictions, split_residues
 
     ids, tensors = read_predictions(out / PREDICTIONS)

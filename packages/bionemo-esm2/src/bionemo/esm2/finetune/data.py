@@ -6,7 +6,7 @@ or by tokens (:class:`TokenBatches` over a record dataset, :class:`TokenBatchedD
 Each record's item is ``tokens [L + 2]`` (``<cls>`` residues ``<eos>``), ``target`` and ``target_mask`` as
 :func:`bionemo.esm2.finetune.objectives.targets` lays them out (token tasks: residue ``i`` at position ``i + 1``),
 and ``sample_index``. :func:`collate_labelled` right-pads a batch and adds ``attention_mask``, ``residue_mask`` and
-the host-side ``host_lengths`` that :func:`bionemo.esm2.data.data_step` and the unpadded path read.
+the host-side ``host_lengths`` that :func:`bionemo.esm2.data.mlm.data_step` and the unpadded path read.
 """
 
 import bisect

@@ -5,10 +5,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from bionemo.esm2._measured import finite, shown
 from bionemo.esm2.finetune.metrics import BEST_METRIC, METRIC_NAMES
+from bionemo.esm2.finetune.module import finetune_module, trainable_parameters
 from bionemo.esm2.finetune.spec import FINETUNE_KEY, EncoderMode, FinetuneSpec
-from bionemo.esm2.finetune.train import LabelledData, finetune_module, trainable_parameters
+from bionemo.esm2.finetune.tasks import LabelledData
+from bionemo.esm2.recipes._measured import finite, shown
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import RunSettings
 
@@ -30,8 +31,8 @@ def fit(
     from bionemo.esm2.checkpoints.weights import full_state_dict
     from bionemo.esm2.finetune.best import BestWeights
     from bionemo.esm2.finetune.dropout_steps import KeyedDropoutSteps
+    from bionemo.esm2.finetune.module import encoder_tensors
     from bionemo.esm2.finetune.throughput import StepTimer
-    from bionemo.esm2.finetune.train import encoder_tensors
     from bionemo.recipes.checkpoints import resume_checkpoint
     from bionemo.recipes.trainers import is_launching_rank
 
@@ -231,8 +232,8 @@ def _export(
     import torch
 
     from bionemo.esm2.checkpoints.weights import save_weights
+    from bionemo.esm2.recipes.train import batch_label, precision_label
     from bionemo.esm2.tokenizer import ProteinTokenizer
-    from bionemo.esm2.train import _batch_label, _precision_label
     from bionemo.recipes.plots import plot_curves
 
     vocab_size = ProteinTokenizer().vocab_size
@@ -282,8 +283,8 @@ def _export(
         ("encoder", encoder),
         ("trainable parameters", f"{trainable:,} of {total:,}"),
         ("steps", str(trainer.global_step)),
-        ("precision", _precision_label(settings)),
-        ("batch", _batch_label(settings) if settings.global_batch_tokens is None else _token_batch_label(settings)),
+        ("precision", precision_label(settings)),
+        ("batch", batch_label(settings) if settings.global_batch_tokens is None else _token_batch_label(settings)),
         (
             "sequences (train / val)",
             f"{len(data.train)} / {len(data.val)}" + (" (split from --data)" if data.split_from_train else ""),

@@ -54,7 +54,7 @@ def encode(
 
     ``encoder`` is an ``ESM2Model`` without LM head on ``device``; batches are length-sorted, so little is padded.
     """
-    from bionemo.esm2.data import length_sorted_batches
+    from bionemo.esm2.data.mlm import length_sorted_batches
     from bionemo.esm2.tokenizer import ProteinTokenizer
 
     tokenizer = ProteinTokenizer()

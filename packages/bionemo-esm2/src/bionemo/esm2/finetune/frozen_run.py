@@ -3,8 +3,8 @@
 import functools
 from typing import Any
 
-from bionemo.esm2._common import model_config
 from bionemo.esm2.finetune.spec import FinetuneSpec
+from bionemo.esm2.recipes.model_settings import model_config
 from bionemo.recipes.choices import Precision, StrategyChoice
 from bionemo.recipes.registry import RecipeDefaults
 from bionemo.recipes.settings import RunSettings
@@ -21,7 +21,7 @@ def frozen_module(settings: RunSettings, defaults: RecipeDefaults, spec: Finetun
     """The head-only Lightning module: AdamW, warm-up + cosine (Lightning's strategies honour the same config)."""
     from megatron.core.optimizer import OptimizerConfig
 
-    from bionemo.esm2.data import data_step
+    from bionemo.esm2.data.mlm import data_step
     from bionemo.esm2.finetune.frozen import CachedHeadConfig, cached_forward_step
     from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
     from bionemo.recipes.schedules import WarmupCosine
@@ -72,8 +72,8 @@ def frozen_datamodule(
 def _encoder(device: Any, *, settings: RunSettings, model: dict[str, Any], start: Any) -> Any:
     """The base encoder (no LM head) with its weights, on ``device``, in the run's precision (bf16 on GPUs)."""
     from bionemo.esm2.checkpoints.weights import apply_weights
-    from bionemo.esm2.finetune.train import encoder_tensors
-    from bionemo.esm2.model import ESM2Model
+    from bionemo.esm2.finetune.module import encoder_tensors
+    from bionemo.esm2.model.esm2 import ESM2Model
     from bionemo.lightning import ensure_model_parallel
 
     ensure_model_parallel(cuda=device.type == "cuda")

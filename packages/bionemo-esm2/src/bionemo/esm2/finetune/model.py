@@ -16,7 +16,7 @@ import torch
 from bionemo.esm2.finetune.heads import build_head
 from bionemo.esm2.finetune.reduction import task_reduction
 from bionemo.esm2.finetune.spec import EncoderMode, FinetuneSpec
-from bionemo.esm2.model import ESM2Config, ESM2Model
+from bionemo.esm2.model.esm2 import ESM2Config, ESM2Model
 from bionemo.lightning import UnpaddedSequences
 
 __all__ = ["ESM2FinetuneConfig", "ESM2FinetuneModel"]
@@ -90,8 +90,8 @@ class ESM2FinetuneModel(ESM2Model):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         """The head's logits of right-padded ``input_ids [b, s]`` (``residue_mask [b, s]``: True on residues).
 
-        ``unpadded`` (with ``index``, :func:`bionemo.esm2.packing.unpad`'s): ``input_ids [1, T]`` holds the batch's
-        real tokens concatenated and the hidden states are put back to ``[s, b, h]`` before the head.
+        ``unpadded`` (with ``index``, :func:`bionemo.esm2.model.packing.unpad`'s): ``input_ids [1, T]`` holds the
+        batch's real tokens concatenated and the hidden states are put back to ``[s, b, h]`` before the head.
         ``output_hidden=True`` returns ``(logits, hidden [s, b, h])``: the encoder's last hidden states (after the
         final LayerNorm) too, zeros at padding when ``unpadded``. ``sample_index [b]`` (each sample's dataset
         position) keys the head's dropout masks, so that they do not depend on the parallel layout.
@@ -101,7 +101,7 @@ class ESM2FinetuneModel(ESM2Model):
             return out
         hidden = out[1]  # [s, b, h] or [T, 1, h]
         if unpadded is not None:
-            from bionemo.esm2.packing import repad
+            from bionemo.esm2.model.packing import repad
 
             assert index is not None, "unpadded needs the index that puts the tokens back"
             hidden = repad(hidden, index, *residue_mask.shape)

@@ -1,8 +1,8 @@
 """``bionemo run predict`` with a fine-tuned model: the head's outputs, decoded to ``predictions.csv``.
 
-The run is ``bionemo.esm2.predict``'s (batching, shards, resume, layouts); a fine-tuned ``--checkpoint`` (a bionemo
-file with :data:`~bionemo.esm2.finetune.spec.FINETUNE_KEY`, or a Hugging Face ``EsmFor*Classification`` folder)
-changes the model, the step and the files written:
+The run is ``bionemo.esm2.recipes.predict``'s (batching, shards, resume, layouts); a fine-tuned ``--checkpoint``
+(a bionemo file with :data:`~bionemo.esm2.finetune.spec.FINETUNE_KEY`, or a Hugging Face ``EsmFor*Classification``
+folder) changes the model, the step and the files written:
 
 - ``predictions.safetensors``: ``probabilities [n, classes]`` (classification; multilabel ``[n, labels]``, each
   label's own probability) or ``values [n, k]`` (regression); token tasks per residue, flat with
@@ -69,7 +69,7 @@ def finetuned_includes(settings: RunSettings, spec: FinetuneSpec) -> list[Includ
 
 def finetuned_transform(model: Any, *, spec: FinetuneSpec, tensors: dict[str, Any], dtype: Any) -> Any:
     """Load a fine-tuned file's tensors (adapters included), fold LoRA into the weights, cast to ``dtype``."""
-    from bionemo.esm2.finetune.train import prepare_model
+    from bionemo.esm2.finetune.module import prepare_model
     from bionemo.layers import merge_lora
 
     prepare_model(model, spec=spec, tensors=tensors, with_head=True)
@@ -92,7 +92,7 @@ def make_finetuned_predict_step(
 
     from bionemo.esm2.finetune.data import residue_mask
     from bionemo.esm2.finetune.objectives import predictions
-    from bionemo.esm2.packing import unpad
+    from bionemo.esm2.model.packing import unpad
 
     key = output_key(spec.task)
 

@@ -1,6 +1,6 @@
 """Fine-tuning tasks and their labelled CSV files: read, validate, encode labels, split off a validation set.
 
-Only the standard library is used (and :mod:`bionemo.esm2.readers` for the sequences), so the CLI checks
+Only the standard library is used (and :mod:`bionemo.esm2.data.readers` for the sequences), so the CLI checks
 every input file before it imports torch.
 
 A labelled CSV has a ``sequence`` column, optionally ``id``, and the label column(s). What a label looks like
@@ -24,9 +24,10 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from bionemo.esm2.readers import CSV_SUFFIXES, FASTA_SUFFIXES, GZIP_SUFFIX, InputError, open_text, read_sequences
+from bionemo.esm2.data.readers import CSV_SUFFIXES, FASTA_SUFFIXES, GZIP_SUFFIX, InputError, open_text, read_sequences
 
 __all__ = [
+    "LabelledData",
     "OptionError",
     "LabelVocabulary",
     "LabelledRecord",
@@ -139,7 +140,7 @@ def read_labelled_csv(
 ) -> list[LabelledRecord]:
     """Read and validate every row of a labelled CSV (plain or gzipped ``.csv.gz``) for ``task``.
 
-    The sequences are read and checked by :func:`bionemo.esm2.readers.read_sequences` (alphabet, gaps, duplicate
+    The sequences are read and checked by :func:`bionemo.esm2.data.readers.read_sequences` (alphabet, gaps, duplicate
     ids, length); columns are matched ignoring case and surrounding spaces. With ``truncate``, per-residue labels
     and masks are cut with their sequence.
 
@@ -413,3 +414,14 @@ def _check_length(got: int, column: str, what: str, where: str, length: int, tru
     residues = truncated_from if truncated_from is not None else length
     if got != residues:
         raise InputError(f"{where}: {column!r} has {got} {what} but the sequence has {residues} residues")
+
+
+@dataclass(frozen=True, kw_only=True)
+class LabelledData:
+    """The training and validation records of a run and the labels they define."""
+
+    train: list[LabelledRecord]
+    val: list[LabelledRecord]
+    vocabulary: LabelVocabulary
+    split_from_train: bool
+    """True when the validation records were split off ``--data`` (no ``--val-data``)."""

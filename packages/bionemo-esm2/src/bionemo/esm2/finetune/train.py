@@ -7,18 +7,23 @@ the task's validation metrics are logged at every check, and the weights of the 
 self-describing ``model.safetensors`` (:mod:`bionemo.esm2.finetune.spec`).
 """
 
-import functools
 import math
-import re
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, model_config
 from bionemo.esm2.finetune.options import DEFAULT_LR, FinetuneOptions, finetune_options
-from bionemo.esm2.finetune.spec import LM_HEAD_PREFIXES, FinetuneSpec
-from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary, OptionError, read_labelled_csv, split
+from bionemo.esm2.finetune.spec import FinetuneSpec
+from bionemo.esm2.finetune.tasks import (
+    LabelledData,
+    LabelledRecord,
+    LabelVocabulary,
+    OptionError,
+    read_labelled_csv,
+    split,
+)
+from bionemo.esm2.recipes.inputs import checked_checkpoint, checked_checkpoint_header
 from bionemo.recipes.choices import Precision
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import RunSettings, SettingsError
@@ -27,34 +32,15 @@ __all__ = [
     "FINETUNE_EPOCHS",
     "FINETUNE_TOKENS",
     "LORA_RECOMPUTE_SHARE",
-    "LabelledData",
-    "encoder_tensors",
     "finetune",
     "finetune_defaults",
-    "finetune_module",
-    "is_head_parameter",
     "lora_recompute",
-    "prepare_model",
     "read_labelled_data",
     "token_budget",
-    "trainable_parameters",
 ]
 
 FINETUNE_EPOCHS = 10
 """Passes over the training set when ``--max-steps`` is not given."""
-
-_HEAD_PARAMETER = re.compile(r"(^|\.)head\.")
-
-
-@dataclass(frozen=True, kw_only=True)
-class LabelledData:
-    """The training and validation records of a run and the labels they define."""
-
-    train: list[LabelledRecord]
-    val: list[LabelledRecord]
-    vocabulary: LabelVocabulary
-    split_from_train: bool
-    """True when the validation records were split off ``--data`` (no ``--val-data``)."""
 
 
 def read_labelled_data(settings: RunSettings, options: FinetuneOptions, max_residues: int) -> LabelledData:
@@ -64,7 +50,7 @@ def read_labelled_data(settings: RunSettings, options: FinetuneOptions, max_resi
         SettingsError: Any problem of either file (``--data`` / ``--val-data``), one class only, a validation label
             the training set lacks.
     """
-    from bionemo.esm2.readers import InputError
+    from bionemo.esm2.data.readers import InputError
 
     if settings.data is None:
         raise SettingsError(
@@ -269,10 +255,10 @@ def _model_overrides(settings: RunSettings, base: dict[str, Any]) -> dict[str, A
     They may repeat the base checkpoint's shape, not change it.
 
     Raises:
-        SettingsError: An unknown key (:func:`bionemo.esm2.train.checked_model_settings`), or a shape setting that
-            differs from the base checkpoint's.
+        SettingsError: An unknown key (:func:`bionemo.esm2.recipes.model_settings.checked_model_settings`), or a
+            shape setting that differs from the base checkpoint's.
     """
-    from bionemo.esm2.train import SHAPE_KEYS, checked_model_settings
+    from bionemo.esm2.recipes.model_settings import SHAPE_KEYS, checked_model_settings
 
     given = checked_model_settings(dict(settings.model or {}))
     changed = [k for k in (*SHAPE_KEYS, "seq_length", "vocab_size") if k in given and given[k] != base.get(k)]
@@ -298,95 +284,3 @@ def _check_lora_layout(spec: FinetuneSpec, settings: RunSettings) -> None:
             "column-parallel targets (qkv, fc1)",
             "--lora-rank",
         )
-
-
-def encoder_tensors(tensors: dict[str, Any]) -> dict[str, Any]:
-    """A pretrained checkpoint's tensors without the language-model head (a fine-tuned model has its own head)."""
-    return {name: value for name, value in tensors.items() if not name.startswith(LM_HEAD_PREFIXES)}
-
-
-def is_head_parameter(name: str, _param: Any = None) -> bool:
-    """Whether a parameter name (under any wrapper's prefix) is the task head's: megatron's ``scale_lr_cond``."""
-    return _HEAD_PARAMETER.search(name) is not None
-
-
-def finetune_module(settings: RunSettings, defaults: RecipeDefaults, spec: FinetuneSpec, start_tensors: Any) -> Any:
-    """The Lightning module: the fine-tuned model (base weights, adapters), AdamW, warm-up + cosine, head lr."""
-    from megatron.core.optimizer import OptimizerConfig
-
-    from bionemo.esm2.data import data_step
-    from bionemo.esm2.finetune.model import ESM2FinetuneConfig
-    from bionemo.esm2.finetune.steps import finetune_forward_step
-    from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
-    from bionemo.recipes.schedules import WarmupCosine
-    from bionemo.recipes.trainers import uses_megatron
-
-    megatron = uses_megatron(settings)
-    lr = defaults.value(settings, "lr")
-    max_steps = defaults.value(settings, "max_steps")
-    warmup = settings.warmup_steps if settings.warmup_steps is not None else max_steps // 10
-    optimizer = OptimizerConfig(
-        optimizer="adam",
-        lr=lr,
-        weight_decay=0.01,
-        use_distributed_optimizer=megatron,
-        bf16=megatron and settings.precision == Precision.BF16,
-        clip_grad=1.0,
-    )
-    head_lr = settings.head_lr or lr
-    # NeMo's optimizer module calls it as it calls an LRSchedulerModule (without NeMo's base class)
-    schedule: Any = WarmupCosine(max_steps=max_steps, warmup_steps=min(warmup, max_steps))
-    config = model_config(defaults.model, settings, config_class=ESM2FinetuneConfig, finetune=_spec_json(spec))
-    return BionemoLightningModule(
-        config,
-        forward_step=finetune_forward_step,
-        data_step=data_step,
-        optimizer=MegatronOptimizerModule(
-            config=optimizer,
-            lr_scheduler=schedule,
-            scale_lr_cond=is_head_parameter if head_lr != lr else None,
-            lr_mult=head_lr / lr,
-        ),
-        model_transform=functools.partial(prepare_model, spec=spec, tensors=encoder_tensors(start_tensors)),
-    )
-
-
-def prepare_model(model: Any, *, spec: FinetuneSpec, tensors: dict[str, Any], with_head: bool = False) -> None:
-    """Load weights into a freshly built fine-tuned model and add its LoRA adapters (a ``model_transform``).
-
-    ``tensors``: encoder tensors (fine-tuning starts: the head keeps its initialisation, adapters are added after
-    the base weights are in) or, with ``with_head``, a fine-tuned file's every tensor (adapters are added first,
-    then everything is loaded).
-    """
-    import torch
-
-    from bionemo.esm2.checkpoints.weights import apply_weights
-    from bionemo.layers import apply_lora
-
-    def adapt() -> None:
-        if spec.lora is not None:
-            apply_lora(model, spec.lora.lora_config())
-            for param in getattr(model, "head", torch.nn.Module()).parameters():
-                param.requires_grad_(True)
-
-    if with_head:
-        adapt()
-        apply_weights(model, tensors)
-        return
-    head = getattr(model, "head", None)
-    own = {} if head is None else {f"head.{k}": v for k, v in head.state_dict().items()}
-    apply_weights(model, {**tensors, **own})
-    adapt()
-
-
-def _spec_json(spec: FinetuneSpec) -> str:
-    import json
-
-    return json.dumps(spec.to_json())
-
-
-def trainable_parameters(module: Any) -> tuple[int, int]:
-    """(trainable, all) parameter counts of this rank's model."""
-    model = module.unwrapped_module()
-    params = list(model.parameters())
-    return sum(p.numel() for p in params if p.requires_grad), sum(p.numel() for p in params)

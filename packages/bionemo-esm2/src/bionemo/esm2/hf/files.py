@@ -24,7 +24,7 @@ megatron's fused ``linear_qkv`` holds, for each head ``j``, the ``d`` rows of ``
 ``v_j`` (``d = h / n``). The output projection is tied to the word embeddings on both sides, so Hugging Face's
 ``lm_head.decoder.weight`` is never read nor written. The contact head (``weight [1, layers * heads]``,
 ``bias [1]``) is copied both ways when the checkpoint has one; the megatron model does not hold it
-(:mod:`bionemo.esm2.contacts` applies it to the attention maps).
+(:mod:`bionemo.esm2.model.contacts` applies it to the attention maps).
 """
 
 import json

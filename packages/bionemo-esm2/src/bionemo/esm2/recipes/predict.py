@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, model_config
-from bionemo.esm2._measured import finite, shown
+from bionemo.esm2.recipes._measured import finite, shown
+from bionemo.esm2.recipes.inputs import checked_checkpoint, checked_checkpoint_header
+from bionemo.esm2.recipes.model_settings import model_config
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import Include, Precision, RunSettings, SettingsError
 
@@ -28,10 +29,10 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     position 0, zeros beyond ``<eos>``) and with ``--include perplexity`` the masked-token ``perplexity [n]``
     (15% of residues masked, the mask drawn from the sequence itself).
     """
-    from bionemo.esm2.prediction_shards import PREDICTIONS, check_previous_outputs, fingerprint
-    from bionemo.esm2.readers import InputError, read_sequences
-    from bionemo.esm2.recipes import BUNDLED_CHECKPOINT, BUNDLED_SEQUENCES
-    from bionemo.esm2.train import check_same_shape
+    from bionemo.esm2.data.readers import InputError, read_sequences
+    from bionemo.esm2.recipes.inputs import BUNDLED_CHECKPOINT, BUNDLED_SEQUENCES
+    from bionemo.esm2.recipes.model_settings import check_same_shape
+    from bionemo.esm2.recipes.prediction_shards import PREDICTIONS, check_previous_outputs, fingerprint
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir
 
     # every check that needs no tensor comes first and imports nothing heavy: bad input is refused at once
@@ -234,7 +235,7 @@ def _predict(
     stamp: str,
 ) -> SummaryRows:
     from bionemo.callbacks import prediction_files
-    from bionemo.esm2.prediction_shards import FINGERPRINT_KEY, PREDICTIONS, finished_samples, remaining
+    from bionemo.esm2.recipes.prediction_shards import FINGERPRINT_KEY, PREDICTIONS, finished_samples, remaining
     from bionemo.recipes.outputs import assemble_predictions
     from bionemo.recipes.trainers import is_launching_rank
 
@@ -285,7 +286,7 @@ def _run_prediction(
     from lightning.pytorch.callbacks import RichProgressBar
 
     from bionemo.callbacks import HostMemoryTrim, LoopTimer, PredictionWriter
-    from bionemo.esm2.data import data_step
+    from bionemo.esm2.data.mlm import data_step
     from bionemo.lightning import BionemoLightningModule, default_megatron_optimizer
     from bionemo.recipes.trainers import accelerator, build_trainer, uses_megatron
 
@@ -373,7 +374,7 @@ def _finetuned(settings: RunSettings, checkpoint: Any, spec: Any) -> tuple[Any, 
 
 def _prediction_data(settings: RunSettings, records: list, plan: list[list[int]], seq_length: int) -> Any:
     """The data module serving ``plan``'s batches of ``records`` (collated by workers on GPU machines)."""
-    from bionemo.esm2.data import PredictionBatches, PredictionDataset, first_item
+    from bionemo.esm2.data.mlm import PredictionBatches, PredictionDataset, first_item
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.lightning import MegatronDataModule
     from bionemo.recipes.trainers import accelerator
@@ -402,12 +403,12 @@ def _load_weights(model: Any, tensors: dict[str, Any], dtype: Any) -> Any:
 def _tokens_per_batch(settings: RunSettings, model: dict[str, Any], records: list) -> int | None:
     """The batches' token budget: ``--tokens-per-batch``, or the default for the model and the device.
 
-    The default (:func:`bionemo.esm2.batch_budget.default_tokens_per_batch`) applies when neither
+    The default (:func:`bionemo.esm2.recipes.batch_budget.default_tokens_per_batch`) applies when neither
     ``--tokens-per-batch`` nor ``--micro-batch-size`` is given; None when only ``--micro-batch-size`` is.
     """
     if settings.tokens_per_batch is not None or settings.micro_batch_size is not None:
         return settings.tokens_per_batch
-    from bionemo.esm2.batch_budget import default_tokens_per_batch
+    from bionemo.esm2.recipes.batch_budget import default_tokens_per_batch
     from bionemo.recipes.trainers import accelerator
 
     device_memory = None
@@ -431,7 +432,7 @@ def _plan(
     With a token budget the micro-batch size caps a batch only where ``--micro-batch-size`` gives one; without a
     budget the recipe's micro-batch size is the batch.
     """
-    from bionemo.esm2.data import length_sorted_batches
+    from bionemo.esm2.data.mlm import length_sorted_batches
 
     lengths = [len(records[i].sequence) + 2 for i in todo]
     batch_size = settings.micro_batch_size if tokens_per_batch else defaults.value(settings, "micro_batch_size")
@@ -441,7 +442,7 @@ def _plan(
 
 def _pseudo_perplexity_plan(settings: RunSettings, records: list, plan: list[list[int]], *, gpu: bool) -> Any:
     """The pseudo-perplexity's tokens per forward pass and its timer; prints its cost (the launching rank)."""
-    from bionemo.esm2.pseudo_perplexity import (
+    from bionemo.esm2.recipes.pseudo_perplexity import (
         PseudoPerplexityTimer,
         cost_line,
         pseudo_perplexity_cost,
@@ -469,8 +470,8 @@ def _step(
     """The predict step of ``--include``; ``checkpoint`` (loaded) gives the contact head for contacts."""
     import torch
 
-    from bionemo.esm2.contacts import ContactHead
-    from bionemo.esm2.steps import make_predict_step
+    from bionemo.esm2.model.contacts import ContactHead
+    from bionemo.esm2.model.steps import make_predict_step
 
     include = set(settings.include)
     contact_head = None
@@ -504,7 +505,7 @@ def _summarize(
     """Write ``summary.json`` and return the summary rows printed at the end."""
     from safetensors import safe_open
 
-    from bionemo.esm2.readers import lowercase_note
+    from bionemo.esm2.data.readers import lowercase_note
 
     with safe_open(str(path), framework="pt") as f:
         keys = sorted(f.keys())  # noqa: SIM118 - safe_open is not a mapping

@@ -6,7 +6,7 @@ residues (no ``<cls>``, no last position), symmetrized (``A + A^T``) and average
 (``A - rowsum * colsum / total``); the regression weighs the ``num_layers * num_attention_heads`` corrected maps
 of each residue pair, adds its bias and takes the sigmoid.
 
-Here the weighted sum is accumulated layer by layer as :class:`bionemo.esm2.model.ESM2Model` hands out the
+Here the weighted sum is accumulated layer by layer as :class:`bionemo.esm2.model.esm2.ESM2Model` hands out the
 attention probabilities (``attention_maps``), so the maps of all layers are never held at once, and in a
 factored form that reads each map three times instead of building the symmetrized and corrected copies. With
 ``A_c = M * P_c`` (``P_c`` a head's map cut to the residues, ``M = m m^T`` the mask of kept positions),
@@ -66,7 +66,7 @@ class ContactHead:
 
 
 class ContactLogits:
-    """The regression's sum for one batch, fed one run of heads at a time (a ``bionemo.esm2.model.AttentionMaps``).
+    """The regression's sum for one batch, fed one run of heads at a time (a ``bionemo.esm2.model.esm2.AttentionMaps``).
 
     Give it as ``attention_maps`` to the model's forward, then read :meth:`probabilities`. The sum is over the
     heads it was given: under tensor parallelism a rank sees only its own heads (not summed across ranks here).

@@ -8,7 +8,7 @@ import torch
 from torch.utils.data import Dataset
 
 from bionemo.core import compute_device
-from bionemo.esm2.readers import SequenceRecord
+from bionemo.esm2.data.readers import SequenceRecord
 from bionemo.esm2.tokenizer import ProteinTokenizer
 
 __all__ = [
@@ -230,7 +230,7 @@ def training_data_step(dataloader_iter: Iterator[dict[str, Any]]) -> dict[str, A
 
     Under context parallelism ``labels`` and ``loss_mask`` become this rank's chunk of the sequence (megatron's
     convention: a rank's loss covers its own positions; the model still takes every token, see
-    :class:`bionemo.esm2.model.ESM2Model`).
+    :class:`bionemo.esm2.model.esm2.ESM2Model`).
     """
     from bionemo.layers.context_parallel import context_parallel_group, local_chunk
 

@@ -9,7 +9,7 @@ import random
 from pathlib import Path
 
 from bionemo.core.atomic_files import replaced_atomically
-from bionemo.esm2.readers import SequenceRecord
+from bionemo.esm2.data.readers import SequenceRecord
 from bionemo.esm2.tokenizer import AMINO_ACIDS
 
 __all__ = ["demo_families", "write_fasta"]

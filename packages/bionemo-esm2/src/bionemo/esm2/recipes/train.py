@@ -3,27 +3,23 @@
 import json
 import random
 import sys
-from collections.abc import Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bionemo.esm2._common import checked_checkpoint, checked_checkpoint_header, datamodule, model_config
-from bionemo.esm2._measured import finite, shown
-from bionemo.esm2.recipes import MODEL_KEYS
+from bionemo.esm2.recipes._measured import finite, shown
+from bionemo.esm2.recipes.inputs import checked_checkpoint, checked_checkpoint_header, datamodule
+from bionemo.esm2.recipes.model_settings import check_same_shape, checked_model_settings, model_config
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
-__all__ = ["SHAPE_KEYS", "check_same_shape", "checked_model_settings", "train"]
+__all__ = ["batch_label", "precision_label", "train"]
 
 TRAIN_WORKERS = 2
 """DataLoader worker processes that tokenize and mask training samples on GPU machines. In the main process the
 first micro-batch of every step is prepared while the GPU waits (a step ends in a wait for the GPU), a larger share
 of a step the smaller the model; with workers the GPU does not wait for it
 (docs/benchmarks.md#training-throughput-as-a-share-of-peak)."""
-
-SHAPE_KEYS = ("num_layers", "hidden_size", "num_attention_heads", "ffn_hidden_size")
-"""The model settings that make a checkpoint's shape."""
 
 
 def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> SummaryRows:
@@ -32,8 +28,8 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     With ``--checkpoint`` training starts from those weights (continued pretraining / fine-tuning); the
     checkpoint's shape must be the recipe's. ``defaults`` are the recipe's (``recipe`` its name).
     """
-    from bionemo.esm2.demo_data import demo_families, write_fasta
-    from bionemo.esm2.readers import InputError, read_sequences
+    from bionemo.esm2.data.demo import demo_families, write_fasta
+    from bionemo.esm2.data.readers import InputError, read_sequences
     from bionemo.recipes.resolved import resolved_training_settings, save_settings, training_plan
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank
 
@@ -90,7 +86,7 @@ def _fit(
     import lightning.pytorch as pl
 
     from bionemo.esm2.checkpoints.weights import full_state_dict
-    from bionemo.esm2.readers import lowercase_note
+    from bionemo.esm2.data.readers import lowercase_note
     from bionemo.recipes.checkpoints import resume_checkpoint
     from bionemo.recipes.trainers import is_launching_rank, uses_megatron
 
@@ -140,8 +136,8 @@ def _module(settings: RunSettings, defaults: RecipeDefaults, megatron: bool, sta
     from megatron.core.optimizer import OptimizerConfig
 
     from bionemo.esm2.checkpoints.weights import apply_weights
-    from bionemo.esm2.data import training_data_step
-    from bionemo.esm2.steps import forward_step
+    from bionemo.esm2.data.mlm import training_data_step
+    from bionemo.esm2.model.steps import forward_step
     from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
 
     optimizer = OptimizerConfig(
@@ -166,7 +162,7 @@ def _data(settings: RunSettings, defaults: RecipeDefaults, train: list, val: lis
 
     On GPUs, :data:`TRAIN_WORKERS` processes tokenize and mask the samples into page-locked memory.
     """
-    from bionemo.esm2.data import MaskedProteinDataset
+    from bionemo.esm2.data.mlm import MaskedProteinDataset
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.recipes.trainers import accelerator
 
@@ -247,8 +243,8 @@ def _export(
         ("recipe", recipe),
         ("started from", "random initialisation") if start is None else (f"started from ({start.source})", start.path),
         ("steps", str(trainer.global_step)),
-        ("precision", _precision_label(settings)),
-        ("batch", _batch_label(settings)),
+        ("precision", precision_label(settings)),
+        ("batch", batch_label(settings)),
         ("sequences (train / val)", sizes),
         ("final train loss", shown(metrics.get("reduced_train_loss"), 4)),
         ("validation perplexity", shown(val_ppl, 3)),
@@ -261,13 +257,13 @@ def _export(
     ]
 
 
-def _precision_label(settings: RunSettings) -> str:
+def precision_label(settings: RunSettings) -> str:
     """The precision training ran at, as the summary shows it."""
     precision = settings.precision or Precision.FP32
     return {"32": "32 (fp32)", "16-mixed": "16-mixed (fp16)"}.get(precision.value, precision.value)
 
 
-def _batch_label(settings: RunSettings) -> str:
+def batch_label(settings: RunSettings) -> str:
     """Global batch = micro-batch x micro-batches per step x data-parallel ranks, as the summary shows it."""
     micro, global_batch = settings.micro_batch_size or 0, settings.global_batch_size or 0
     data_parallel = settings.data_parallel_size()
@@ -284,44 +280,3 @@ def _earlier(weights: Path) -> dict[str, Any]:
         return read_metadata(weights) if weights.is_file() else {}
     except CheckpointError:
         return {}
-
-
-def check_same_shape(found: Mapping[str, Any], wanted: Mapping[str, Any], recipe: str, checkpoint: Path) -> None:
-    """Refuse a checkpoint of another shape than the recipe's (``train --checkpoint``, ``predict --recipe``)."""
-    differ = [key for key in SHAPE_KEYS if found.get(key) != wanted.get(key)]
-    if not differ:
-        return
-    from bionemo.esm2.catalog import ESM2_SHAPES
-
-    same = [name for name, shape in ESM2_SHAPES.items() if all(getattr(shape, k) == found.get(k) for k in SHAPE_KEYS)]
-    hint = f"; use --recipe {same[0]}" if same else "; set the recipe's shape under model: in --config"
-    raise SettingsError(
-        f"checkpoint {checkpoint} has "
-        + ", ".join(f"{k}={found.get(k)}" for k in differ)
-        + f" but recipe {recipe} has "
-        + ", ".join(f"{k}={wanted.get(k)}" for k in differ)
-        + hint,
-        "--checkpoint",
-    )
-
-
-def checked_model_settings(model: dict[str, Any]) -> dict[str, Any]:
-    """``model`` if every key is an ``ESM2Config`` field, else a SettingsError listing the valid ones.
-
-    ``ESM2Config`` (megatron-core) is imported only for keys outside :data:`~bionemo.esm2.recipes.MODEL_KEYS`.
-    """
-    if MODEL_KEYS.issuperset(model):
-        return model
-    import dataclasses
-
-    from bionemo.esm2.model import ESM2Config
-
-    valid = {field.name for field in dataclasses.fields(ESM2Config)}
-    unknown = sorted(set(model) - valid)
-    if unknown:
-        raise SettingsError(
-            f"unknown model settings {unknown}; valid ones include num_layers, hidden_size, num_attention_heads, "
-            "ffn_hidden_size, seq_length, token_dropout (any megatron TransformerConfig field)",
-            "--config",
-        )
-    return model

@@ -1,15 +1,17 @@
 """The ESM-2 recipes: ``esm2-demo`` (CPU-sized, the CLI's default), ``esm2-gpu`` and the published family.
 
 Every recipe trains the same architecture (``bionemo.esm2.model``) with ESM-2's vocabulary; they differ in
-shape and run defaults. Heavy imports happen inside ``train`` / ``predict``.
+shape and run defaults. The commands are the modules below (:mod:`.train`, :mod:`.predict`, and
+:mod:`bionemo.esm2.finetune.train`), imported inside ``train`` / ``finetune`` / ``predict``: importing the
+recipes imports nothing heavy, and nothing the commands use imports the recipes.
 """
 
 from dataclasses import dataclass
-from importlib.resources import files
-from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict, Unpack, cast
+from typing import TYPE_CHECKING, Unpack, cast
 
 from bionemo.esm2.catalog import DEMO_SHAPE, ESM2_SHAPES, GPU_SHAPE, ModelShape
+from bionemo.esm2.recipes.inputs import BUNDLED_CHECKPOINT, BUNDLED_SEQUENCES
+from bionemo.esm2.recipes.model_settings import MODEL_KEYS, ESM2ModelSettings
 from bionemo.recipes.choices import Precision
 from bionemo.recipes.registry import CPUDefaults, RecipeDefaults, SummaryRows
 
@@ -32,43 +34,6 @@ __all__ = [
     "esm2_650m",
     "gpu",
 ]
-
-_RESOURCES = files("bionemo.esm2") / "resources"
-BUNDLED_CHECKPOINT = Path(str(_RESOURCES / "esm2_demo.safetensors"))
-"""Weights trained by the documented ``bionemo run train`` command (see resources/README)."""
-BUNDLED_SEQUENCES = Path(str(_RESOURCES / "demo_sequences.fasta"))
-"""Held-out members of the synthetic demo families, predicted by ``bionemo run predict`` by default."""
-
-
-class ESM2ModelSettings(TypedDict, total=False):
-    """A recipe's ``model:`` settings: the ``ESM2Config`` fields known valid without importing it (megatron-core).
-
-    ``--config`` may also set any other ``ESM2Config`` (megatron ``TransformerConfig``) field; those are checked
-    against ``ESM2Config`` itself when a run starts.
-    """
-
-    vocab_size: int
-    seq_length: int
-    num_layers: int
-    hidden_size: int
-    num_attention_heads: int
-    ffn_hidden_size: int
-    layernorm_epsilon: float
-    hidden_dropout: float
-    attention_dropout: float
-    token_dropout: bool
-    mask_token_id: int
-    rotary_base: float
-    masked_softmax_fusion: bool
-    bias_activation_fusion: bool
-    bias_dropout_fusion: bool
-    gradient_accumulation_fusion: bool
-    apply_rope_fusion: bool
-    use_cpu_initialization: bool
-
-
-MODEL_KEYS: frozenset[str] = ESM2ModelSettings.__required_keys__ | ESM2ModelSettings.__optional_keys__
-"""The names of :class:`ESM2ModelSettings`."""
 
 
 def _model(shape: ModelShape, **extra: Unpack[ESM2ModelSettings]) -> ESM2ModelSettings:
@@ -116,8 +81,8 @@ class ESM2Recipe:
         return cast(ESM2ModelSettings, self.defaults.model)
 
     def train(self, settings: "RunSettings") -> SummaryRows:
-        """``bionemo run train``: see :func:`bionemo.esm2.train.train`."""
-        from bionemo.esm2.train import train
+        """``bionemo run train``: see :func:`bionemo.esm2.recipes.train.train`."""
+        from bionemo.esm2.recipes.train import train
 
         return train(settings, defaults=self.defaults, recipe=self.name)
 
@@ -128,8 +93,8 @@ class ESM2Recipe:
         return finetune(settings, defaults=self.defaults, recipe=self.name)
 
     def predict(self, settings: "RunSettings") -> SummaryRows:
-        """``bionemo run predict``: see :func:`bionemo.esm2.predict.predict`."""
-        from bionemo.esm2.predict import predict
+        """``bionemo run predict``: see :func:`bionemo.esm2.recipes.predict.predict`."""
+        from bionemo.esm2.recipes.predict import predict
 
         return predict(settings, defaults=self.defaults, recipe=self.name)
 

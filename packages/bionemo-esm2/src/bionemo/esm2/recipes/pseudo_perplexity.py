@@ -2,8 +2,9 @@
 
 The pseudo-perplexity of a sequence of ``L`` residues takes ``L`` copies of it, each with one residue masked: ``L``
 forward passes of the whole sequence, where embeddings take one. The copies of a batch's sequences are grouped into
-forward passes of up to a token budget (:func:`copy_groups`); :func:`cost_line` says before the loop what that
-costs and :class:`PseudoPerplexityTimer` estimates the time left after the first batch.
+forward passes of up to a token budget (:func:`~bionemo.esm2.model.masked_copies.copy_groups`); :func:`cost_line`
+says before the loop what that costs and :class:`PseudoPerplexityTimer` estimates the time left after the first
+batch.
 """
 
 import sys
@@ -16,12 +17,13 @@ import lightning.pytorch as pl
 import torch
 from typing_extensions import override
 
+from bionemo.esm2.model.masked_copies import copy_groups
+
 __all__ = [
     "CPU_TOKENS_PER_FORWARD",
     "GPU_TOKENS_PER_FORWARD",
     "PseudoPerplexityCost",
     "PseudoPerplexityTimer",
-    "copy_groups",
     "cost_line",
     "pseudo_perplexity_cost",
     "remaining_line",
@@ -51,37 +53,6 @@ def tokens_per_forward(tokens_per_batch: int | None, gpu: bool) -> int:
     if tokens_per_batch:
         return tokens_per_batch
     return GPU_TOKENS_PER_FORWARD if gpu else CPU_TOKENS_PER_FORWARD
-
-
-def copy_groups(lengths: Sequence[int], budget: int, *, unpadded: bool = False) -> list[tuple[int, int, int]]:
-    """Group the masked copies of sequences of ``lengths`` tokens into forward passes of at most ``budget`` tokens.
-
-    The copies are numbered in order, sequence by sequence: sequence ``i`` (``lengths[i]`` tokens, ``<cls>`` and
-    ``<eos>`` included) has ``lengths[i] - 2`` copies, one per residue. Groups are cut greedily in that order; a
-    group's size is its copies times its longest copy (padded), or the sum of its copies' lengths (``unpadded``).
-    A copy longer than ``budget`` forms a group of its own.
-
-    Returns:
-        ``(start, stop, width)`` per group: copies ``start..stop - 1``, the longest of them ``width`` tokens.
-    """
-    groups: list[tuple[int, int, int]] = []
-    start = stop = count = used = width = 0
-    for length in lengths:
-        left = length - 2
-        while left > 0:
-            wider = max(width, length)
-            room = (budget - used) // length if unpadded else budget // wider - count
-            if room <= 0 and count == 0:
-                room = 1  # one copy longer than the budget: a group of its own
-            if room <= 0:
-                groups.append((start, stop, width))
-                start, count, used, width = stop, 0, 0, 0
-                continue
-            take = min(room, left)
-            stop, count, used, width, left = stop + take, count + take, used + take * length, wider, left - take
-    if count:
-        groups.append((start, stop, width))
-    return groups
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,10 +5,10 @@ from typing import Any
 
 import torch
 
-from bionemo.esm2.contacts import ContactHead, ContactLogits, flat_contacts
-from bionemo.esm2.model import vocab_logits
-from bionemo.esm2.packing import repad, unpad
-from bionemo.esm2.pseudo_perplexity import copy_groups
+from bionemo.esm2.model.contacts import ContactHead, ContactLogits, flat_contacts
+from bionemo.esm2.model.esm2 import vocab_logits
+from bionemo.esm2.model.masked_copies import copy_groups
+from bionemo.esm2.model.packing import repad, unpad
 from bionemo.losses import ParallelGroups, token_cross_entropy
 
 __all__ = ["forward_step", "make_predict_step"]
@@ -18,7 +18,7 @@ def forward_step(model: Any, batch: dict[str, torch.Tensor]) -> dict[str, torch.
     """Training / validation: ``{"token_logits": [s, b, v_local]}`` of the masked ``tokens``.
 
     Under context parallelism the logits of this rank's chunk of the sequence, as the batch's labels
-    (:func:`bionemo.esm2.data.training_data_step`). On a pipeline stage before the last: the stage's output
+    (:func:`bionemo.esm2.data.mlm.training_data_step`). On a pipeline stage before the last: the stage's output
     tensor itself (hidden states ``[s, b, h]``), which megatron's schedule sends to the next stage.
     """
     output = model(batch["tokens"], batch.get("padding"), gather_context=False)
@@ -42,7 +42,7 @@ def make_predict_step(
     pseudo_perplexity_tokens: int | None = None,
     contact_head: ContactHead | None = None,
 ):
-    """The prediction forward step over :class:`bionemo.esm2.data.PredictionDataset` batches.
+    """The prediction forward step over :class:`bionemo.esm2.data.mlm.PredictionDataset` batches.
 
     Outputs for ``b`` sequences (only those asked for), all from the unmasked sequence unless said otherwise;
     embeddings, ``cls`` and logits in ``output_dtype``, perplexities float32:
@@ -59,12 +59,12 @@ def make_predict_step(
       that residue masked (one copy of the sequence per residue; the copies of the batch's sequences run in
       forward passes of up to ``pseudo_perplexity_tokens`` tokens, by default the batch's padded size).
     - ``contacts [b, max L_i^2]`` (with ``contact_head``): float32 contact probabilities of residue pairs, row
-      ``i`` sequence ``i``'s ``[L_i, L_i]`` row-major then zeros (:func:`bionemo.esm2.contacts.flat_contacts`),
+      ``i`` sequence ``i``'s ``[L_i, L_i]`` row-major then zeros (:func:`bionemo.esm2.model.contacts.flat_contacts`),
       from the attention maps of the unmasked forward pass; padded batches at tensor parallel size 1 only
       (``ValueError`` otherwise).
 
     ``unpadded=True`` runs the unmasked and the masked forward on the concatenated real tokens
-    (:mod:`bionemo.esm2.packing`): the same outputs without padding work (variable-length flash attention on GPUs
+    (:mod:`bionemo.esm2.model.packing`): the same outputs without padding work (variable-length flash attention on GPUs
     in fp16 / bf16), also for the pseudo-perplexity's copies.
 
     Under pipeline parallelism a micro-batch passes through the stages once, as one forward of the unmasked
@@ -207,7 +207,7 @@ def _logits(
 ) -> torch.Tensor:
     """Logits ``[s, b, v_local]`` of right-padded ``tokens [b, s]``.
 
-    ``unpadded``: run on the real tokens only (:mod:`bionemo.esm2.packing`), zeros at the padding (its labels are
+    ``unpadded``: run on the real tokens only (:mod:`bionemo.esm2.model.packing`), zeros at the padding (its labels are
     ignored).
     """
     if not unpadded:
@@ -227,9 +227,9 @@ def _pseudo_loss_sums(
     """``[b]`` per sequence, the summed cross-entropy of each residue predicted with only that residue masked.
 
     The copies (one per residue) of all the batch's sequences are grouped into forward passes of at most
-    ``tokens_per_forward`` tokens (:func:`bionemo.esm2.pseudo_perplexity.copy_groups`; None: the batch's own
+    ``tokens_per_forward`` tokens (:func:`bionemo.esm2.model.masked_copies.copy_groups`; None: the batch's own
     padded size), each group cut to its longest copy. The groups are planned on the host from
-    ``batch["host_lengths"]`` (tokens per sequence, set by :func:`bionemo.esm2.data.data_step` before the copy to
+    ``batch["host_lengths"]`` (tokens per sequence, set by :func:`bionemo.esm2.data.mlm.data_step` before the copy to
     the device), so the loop never waits for the device; ``unpadded``: each group runs concatenated, without its
     padding.
     """
