@@ -5,8 +5,9 @@ module (``megatron_env``, ``cuda_devices``, ``safetensors_header``) does not imp
 with them before anything heavy is imported.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from bionemo.core.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from bionemo.core.config import BionemoModelConfig, BionemoTrainableModelConfig
@@ -30,31 +31,15 @@ __all__ = [
     "using_device",
 ]
 
-_MODULES = {
-    "BionemoModelConfig": "config",
-    "BionemoTrainableModelConfig": "config",
-    "compute_device": "device",
-    "using_device": "device",
-    "DataStep": "types",
-    "DataT": "types",
-    "ForwardStep": "types",
-    "LossT": "types",
-    "ModelT": "types",
-    "NestedTensors": "types",
-    "ReductionT": "types",
-    "get_dtype_device": "utils",
-    "some_first": "utils",
-}
-
-
-def __getattr__(name: str) -> Any:
-    """Import the public name ``name`` from its module on first use (PEP 562)."""
-    module = _MODULES.get(name)
-    if module is None:
-        raise AttributeError(f"module 'bionemo.core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"bionemo.core.{module}"), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(
+    __name__,
+    {
+        "config": ("BionemoModelConfig", "BionemoTrainableModelConfig"),
+        "device": ("compute_device", "using_device"),
+        "types": ("DataStep", "DataT", "ForwardStep", "LossT", "ModelT", "NestedTensors", "ReductionT"),
+        "utils": ("get_dtype_device", "some_first"),
+    },
+)
 
 
 def __dir__() -> list[str]:

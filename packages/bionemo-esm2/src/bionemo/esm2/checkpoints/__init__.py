@@ -7,9 +7,9 @@ the recipes turn it into a ``--checkpoint`` settings error. Importing this packa
 :mod:`.load` and :mod:`.weights` are loaded on first use.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from bionemo.core.lazy_exports import lazy_exports
 from bionemo.esm2.checkpoints.header import CheckpointHeader, read_checkpoint_header, refuse_training_checkpoint
 from bionemo.esm2.hf.layout import CheckpointError
 
@@ -27,7 +27,6 @@ _LAZY = {
     "load": ("LoadedCheckpoint", "check_tensors", "load_checkpoint", "load_model"),
     "weights": ("apply_weights", "full_state_dict", "read_metadata", "read_weights", "save_weights"),
 }
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "CheckpointError",
@@ -46,8 +45,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The torch-backed names (:mod:`.load`, :mod:`.weights`), imported from their module on first use."""
-    if name in _MODULE_OF:
-        return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

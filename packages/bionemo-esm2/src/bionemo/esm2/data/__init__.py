@@ -5,8 +5,9 @@ is imported); :mod:`.mlm` holds the masking datasets, batching and data steps (t
 synthetic demo families. Importing this package imports no torch: the names of :mod:`.mlm` are loaded on first use.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from bionemo.core.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from bionemo.esm2.data.mlm import (
@@ -34,8 +35,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The torch-backed names (:mod:`.mlm`), imported on first use."""
-    if name in __all__:
-        return getattr(importlib.import_module(f"{__name__}.mlm"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {"mlm": __all__})

@@ -5,9 +5,9 @@ once, so input files and options are checked before anything heavy; the heads, o
 torchmetrics) are loaded on first use.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from bionemo.core.lazy_exports import lazy_exports
 from bionemo.esm2.finetune.head_config import (
     HEADS_EXPORTABLE_TO_HF,
     HEADS_FOR_TASK,
@@ -36,7 +36,6 @@ _LAZY = {
     "metrics": ("BEST_METRIC", "METRIC_NAMES", "BestMetric", "Mode", "TaskMetrics"),
     "objectives": ("LossSum", "csv_cells", "loss_sum", "predictions", "targets"),
 }
-_MODULE_OF = {name: module for module, names in _LAZY.items() for name in names}
 
 __all__ = [
     "BEST_METRIC",
@@ -70,8 +69,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The torch-backed names (heads, objectives, metrics), imported from their module on first use."""
-    if name in _MODULE_OF:
-        return getattr(importlib.import_module(f"{__name__}.{_MODULE_OF[name]}"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, _LAZY)

@@ -5,9 +5,9 @@ are checked before torch is imported); :mod:`.files` reads, converts and writes 
 Importing this package imports no torch: the names of :mod:`.files` are loaded on first use.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from bionemo.core.lazy_exports import lazy_exports
 from bionemo.esm2.hf.layout import (
     ESM_VOCAB,
     HF_WEIGHT_FILES,
@@ -61,8 +61,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The torch-backed names (:mod:`.files`), imported on first use."""
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.files"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {"files": _LAZY})

@@ -7,9 +7,9 @@ of training and prediction. Importing this package imports neither torch nor meg
 :mod:`.esm2` are loaded on first use.
 """
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from bionemo.core.lazy_exports import lazy_exports
 from bionemo.esm2.hf.layout import padded_vocab_size
 
 if TYPE_CHECKING:
@@ -35,8 +35,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    """The megatron-core names (:mod:`.esm2`), imported on first use."""
-    if name in _LAZY:
-        return getattr(importlib.import_module(f"{__name__}.esm2"), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__, {"esm2": _LAZY})
