@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["AMINO_ACIDS", "ESM_TOKENS", "RESIDUE_LETTERS", "ProteinTokenizer"]
+__all__ = ["AMINO_ACIDS", "ESM_TOKENS", "RESIDUE_LETTERS", "ProteinTokenizer", "encoded_length"]
 
 ESM_TOKENS = (
     "<cls>", "<pad>", "<eos>", "<unk>",
@@ -24,6 +24,11 @@ AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 
 RESIDUE_LETTERS = AMINO_ACIDS + "XBUZO"
 """Letters a sequence may hold: the standard amino acids, unknown (X), ambiguous (B, Z) and rare (U, O)."""
+
+
+def encoded_length(sequence: str) -> int:
+    """Tokens of ``sequence`` once encoded: ``<cls>``, one per residue, ``<eos>``."""
+    return len(sequence) + 2
 
 
 class ProteinTokenizer:

@@ -18,7 +18,7 @@ from torch.utils.data import Dataset
 
 from bionemo.esm2.finetune.objectives import targets
 from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary
-from bionemo.esm2.tokenizer import ProteinTokenizer
+from bionemo.esm2.tokenizer import ProteinTokenizer, encoded_length
 
 __all__ = [
     "GROUPS_PER_BUCKET",
@@ -105,7 +105,7 @@ class LabelledDataset(Dataset):
 
     def record_tokens(self, index: int) -> int:
         """Tokens of record ``index``: its residues, ``<cls>`` and ``<eos>``."""
-        return len(self.records[index].sequence) + 2
+        return encoded_length(self.records[index].sequence)
 
     def item_tokens(self, item: int) -> int:
         """Tokens of item ``item``."""
@@ -329,7 +329,7 @@ def token_batched(base: Any, settings: Any, steps: int | None) -> TokenBatchedDa
     One part per data-parallel rank of ``settings`` (a ``RunSettings``), its seed; ``steps``: the training run's
     optimizer steps (a new order each pass), or None for validation (length order, once).
     """
-    lengths = [len(record.sequence) + 2 for record in base.records]
+    lengths = [encoded_length(record.sequence) for record in base.records]
     batches = TokenBatches(
         lengths, settings.global_batch_tokens, parts=settings.data_parallel_size(), seed=settings.seed, steps=steps
     )

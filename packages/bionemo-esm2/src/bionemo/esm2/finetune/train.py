@@ -24,6 +24,7 @@ from bionemo.esm2.finetune.tasks import (
     split,
 )
 from bionemo.esm2.recipes.inputs import checked_checkpoint, checked_checkpoint_header
+from bionemo.esm2.tokenizer import encoded_length
 from bionemo.recipes.choices import Precision
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import RunSettings, SettingsError
@@ -106,7 +107,7 @@ def finetune_defaults(
         per_pass = max(1, math.ceil(len(train) / global_batch))
     else:
         micro, global_batch = 1, data_parallel
-        per_pass = max(1, math.ceil(sum(len(r.sequence) + 2 for r in train) / tokens))
+        per_pass = max(1, math.ceil(sum(encoded_length(r.sequence) for r in train) / tokens))
     return replace(
         recipe,
         micro_batch_size=micro,
@@ -214,7 +215,7 @@ def token_budget(settings: RunSettings, *, gpu: bool, data: LabelledData) -> int
         return None
     tokens = tokens or FINETUNE_TOKENS
     ranks = settings.data_parallel_size()
-    longest = max(len(r.sequence) + 2 for r in (*data.train, *data.val))
+    longest = max(encoded_length(r.sequence) for r in (*data.train, *data.val))
     if tokens < 2 * ranks * longest:
         raise SettingsError(
             f"--global-batch-tokens {tokens} cannot give each of {ranks} data-parallel rank(s) two of the longest "

@@ -10,6 +10,7 @@ from typing import Any
 from bionemo.esm2.recipes._measured import finite, shown
 from bionemo.esm2.recipes.inputs import checked_checkpoint, checked_checkpoint_header
 from bionemo.esm2.recipes.model_settings import model_config
+from bionemo.esm2.tokenizer import encoded_length
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import Include, Precision, RunSettings, SettingsError
 
@@ -146,10 +147,11 @@ def _check_budget(tokens_per_batch: int | None, records: list) -> None:
     if not tokens_per_batch or not records:
         return
     longest = max(records, key=lambda r: len(r.sequence))
-    if len(longest.sequence) + 2 > tokens_per_batch:
+    needed = encoded_length(longest.sequence)
+    if needed > tokens_per_batch:
         raise SettingsError(
-            f"--tokens-per-batch {tokens_per_batch} is less than sequence {longest.id}'s {len(longest.sequence) + 2} "
-            f"tokens (residues + <cls> + <eos>); give at least {len(longest.sequence) + 2}",
+            f"--tokens-per-batch {tokens_per_batch} is less than sequence {longest.id}'s {needed} "
+            f"tokens (residues + <cls> + <eos>); give at least {needed}",
             "--tokens-per-batch",
         )
 
@@ -330,7 +332,7 @@ def _run_prediction(
     trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
 
     def tokens(positions: Sequence[int]) -> int:
-        return sum(len(records[i].sequence) + 2 for i in positions)
+        return sum(encoded_length(records[i].sequence) for i in positions)
 
     return {
         "rank": trainer.global_rank,
@@ -417,7 +419,7 @@ def _tokens_per_batch(settings: RunSettings, model: dict[str, Any], records: lis
 
         device_memory = min(torch.cuda.get_device_properties(i).total_memory for i in range(torch.cuda.device_count()))
     output_bytes = {"float32": 4}.get(settings.output_dtype.value, 2)
-    longest = max((len(r.sequence) + 2 for r in records), default=2)
+    longest = max((encoded_length(r.sequence) for r in records), default=2)
     includes = [i.value for i in settings.include]
     return default_tokens_per_batch(
         model, includes, device_memory=device_memory, longest=longest, output_bytes=output_bytes
@@ -434,7 +436,7 @@ def _plan(
     """
     from bionemo.esm2.data.mlm import length_sorted_batches
 
-    lengths = [len(records[i].sequence) + 2 for i in todo]
+    lengths = [encoded_length(records[i].sequence) for i in todo]
     batch_size = settings.micro_batch_size if tokens_per_batch else defaults.value(settings, "micro_batch_size")
     batches = length_sorted_batches(lengths, tokens_per_batch=tokens_per_batch, batch_size=batch_size)
     return [[todo[k] for k in batch] for batch in batches]
@@ -451,7 +453,7 @@ def _pseudo_perplexity_plan(settings: RunSettings, records: list, plan: list[lis
     from bionemo.recipes.trainers import is_launching_rank
 
     budget = tokens_per_forward(settings.tokens_per_batch, gpu)
-    lengths = [[len(records[i].sequence) + 2 for i in batch] for batch in plan]
+    lengths = [[encoded_length(records[i].sequence) for i in batch] for batch in plan]
     if is_launching_rank():
         print(cost_line(pseudo_perplexity_cost(lengths, budget, unpadded=bool(settings.unpadded))), file=sys.stderr)
     # rank 0 (the one that prints) predicts batches 0, dp, 2 dp, ...; a batch costs its copies and its sequences
