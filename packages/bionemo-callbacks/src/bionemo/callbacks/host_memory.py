@@ -16,11 +16,10 @@ class HostMemoryTrim(pl.Callback):
     """After every ``every_n_batches`` predict batches, return freed heap memory to the OS.
 
     glibc keeps memory freed by PyTorch's CPU tensors in its heap. With batches of varying shape (length-sorted
-    prediction) the heap fragments and the resident set grows with the number of batches, not the batch size:
-    measured on CPU with the ``esm2-demo`` model, per-residue embeddings and 16k-token batches, predicting 54k
-    sequences raised the peak by 500 MB. Trimming after every batch: +220 MB for 18% more time; every 8 batches:
-    about +300 MB for no measurable cost (a lower mmap threshold instead: +80 MB but 50-75% slower). Does nothing
-    where the C library has no ``malloc_trim`` (not glibc).
+    prediction) the heap fragments and the resident set grows with the number of batches, not the batch size.
+    Trimming every few batches takes back part of that growth at no measurable cost; trimming after every batch
+    takes back more but costs time (docs/benchmarks.md#prediction-host-memory). Does nothing where the C library
+    has no ``malloc_trim`` (not glibc).
     """
 
     def __init__(self, every_n_batches: int = 1) -> None:

@@ -1,11 +1,11 @@
 """Make ``import megatron.core`` quick everywhere, and possible on machines with the CUDA compiler but no GPU.
 
 megatron-core 0.15.3 JIT-compiles a CUDA extension while it is imported
-(``megatron/core/inference/unified_memory.py``): 15-30 s on every import on an H200 machine, where the build
-fails each time. :mod:`bionemo.core.skip_unified_memory_build` skips that build (its module says how to switch it
-off). Where it is not applied (another megatron-core version, or switched off) and the machine has ``nvcc`` but no
-GPU, the build raises ``IndexError`` (no device to read an arch from), which megatron does not catch: an explicit
-arch list and a missing ``CUDA_HOME`` make it fail cleanly instead.
+(``megatron/core/inference/unified_memory.py``), a long wait on every import on a GPU machine, where the build
+fails each time (docs/benchmarks.md#prediction-start-up). :mod:`bionemo.core.skip_unified_memory_build` skips that
+build (its module says how to switch it off). Where it is not applied (another megatron-core version, or switched
+off) and the machine has ``nvcc`` but no GPU, the build raises ``IndexError`` (no device to read an arch from),
+which megatron does not catch: an explicit arch list and a missing ``CUDA_HOME`` make it fail cleanly instead.
 
 It also hides the notes megatron-core and NeMo print while they are imported (:mod:`bionemo.core.import_notes`).
 """

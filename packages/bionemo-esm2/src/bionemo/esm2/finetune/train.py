@@ -241,8 +241,9 @@ def lora_recompute(model: Mapping[str, Any]) -> Mapping[str, Any]:
 
     LoRA is chosen to fit in less memory: with the base frozen its optimizer state is tiny and the activations are
     most of the peak. Recomputing whole layers (megatron's ``recompute_granularity="full"``, ``"block"`` method) for
-    3/8 of them brings a LoRA run's peak to half of full fine-tuning's at the 650M shape (``tools/bench_finetune.py``)
-    for one more forward pass of those layers. ``model:`` settings of a ``--config`` that set any recomputation win.
+    that share of them brings a LoRA run's peak memory down to the target share of full fine-tuning's, for one more
+    forward pass of those layers (docs/benchmarks.md#fine-tuning). ``model:`` settings of a ``--config`` that set
+    any recomputation win.
     """
     if any(key.startswith("recompute_") for key in model):
         return model

@@ -35,8 +35,8 @@ CPU_TOKENS_PER_FORWARD = 4_096
 """Token budget of one forward pass of masked copies on CPUs when ``--tokens-per-batch`` is not given: a CPU forward
 is compute-bound past a few thousand tokens, and larger passes only spill out of the caches."""
 
-# On an H200 the embedding throughput at the 150M and 650M shapes grows up to about 65,536 tokens per batch and
-# little beyond (STACK.md: --tokens-per-batch 65,536 / 131,072).
+# Embedding throughput on a GPU grows with the batch up to about this size and little beyond
+# (docs/benchmarks.md#prediction-throughput-against-transformers).
 GPU_TOKENS_PER_FORWARD = 65_536
 """Token budget of one forward pass of masked copies on GPUs when ``--tokens-per-batch`` is not given: enough tokens
 to keep a GPU busy, and a forward pass of that many tokens fits beside the weights of every ESM-2 size on one GPU

@@ -2,12 +2,12 @@
 
 NeMo 2.7.3 reads a function's signature every time it calls one: ``CallbackConnector.event`` runs
 ``inspect.signature`` for each callback of each megatron event (NeMo's ``MegatronOptimizerModule`` listens to all
-13 events of a step of four micro-batches, the data sampler and ``MegatronCompatCallback`` to some: 27 calls per
-step in the profiled GPU run), and ``MegatronParallel._setup_module`` runs ``inspect.getfullargspec`` on the loss
-reduction's ``setup`` for every micro-batch. Lightning 2.4.0's ``LightningModule.log`` does the same to the module's
-``training_step`` on every call while training (``is_param_in_hook_signature``, 7 calls per step of that run: NeMo's
-data sampler and strategy log through it). These were the largest host cost the module adds over a raw
-megatron-core loop (figures: docs/benchmarks.md#module-against-a-raw-megatron-core-loop and #nemos-callback-events).
+13 events of a step of four micro-batches, the data sampler and ``MegatronCompatCallback`` to some), and
+``MegatronParallel._setup_module`` runs ``inspect.getfullargspec`` on the loss reduction's ``setup`` for every
+micro-batch. Lightning 2.4.0's ``LightningModule.log`` does the same to the module's ``training_step`` on every call
+while training (``is_param_in_hook_signature``: NeMo's data sampler and strategy log through it). These were the
+largest host cost the module adds over a raw megatron-core loop (figures:
+docs/benchmarks.md#module-against-a-raw-megatron-core-loop and docs/benchmarks.md#nemos-callback-events).
 
 :func:`install` replaces the three readers with copies that inspect each function (the function behind a bound method,
 so every instance of a class shares it) once while it exists, then pass arguments exactly as NeMo does. Callables

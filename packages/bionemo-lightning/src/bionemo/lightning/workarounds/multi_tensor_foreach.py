@@ -2,8 +2,8 @@
 
 Without Apex or TransformerEngine, megatron-core 0.15.3's gradient-norm fallback (``local_multi_tensor_l2_norm``)
 launches one norm kernel per gradient and turns each result into a Python float, which waits for the GPU once
-per parameter tensor on every step (53 waits per step for a 4-layer GPT); its scale fallback
-(``local_multi_tensor_scale``: grad clipping, main-to-model param copies) launches two kernels per tensor.
+per parameter tensor on every step (docs/benchmarks.md#module-against-a-raw-megatron-core-loop); its scale
+fallback (``local_multi_tensor_scale``: grad clipping, main-to-model param copies) launches two kernels per tensor.
 :func:`install` swaps both for torch's ``_foreach`` kernels (:func:`foreach_l2_norm`, :func:`foreach_scale`),
 which compute the same values with one wait-free launch per tensor group. Only the fallbacks are replaced: where
 megatron found Apex's or TransformerEngine's fused kernels, those stay. Applied for ``fit`` only; restored at
