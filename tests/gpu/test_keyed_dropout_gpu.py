@@ -1,4 +1,4 @@
-"""Keyed dropout on a GPU: the int64 hash gives CUDA the very masks it gives the CPU, so layouts agree across devices."""
+"""Keyed dropout on a GPU: the int64 hash gives CUDA the masks it gives the CPU, so devices agree as layouts do."""
 
 import pytest
 import torch
