@@ -46,6 +46,7 @@ def test_masks_change_with_step_seed_and_sample():
         dropout(x, torch.tensor([0])),
         dropout(x, torch.tensor([1])),
         KeyedDropout(0.5, seed=2)(x, torch.tensor([0])),
+        *(dropout(x, torch.tensor([0]), salt=salt) for salt in (1, 2, 7, 2**40)),  # any salt, even past int64 / GOLDEN
     ]
     for other in masks[1:]:
         agreement = ((first > 0) == (other > 0)).float().mean().item()

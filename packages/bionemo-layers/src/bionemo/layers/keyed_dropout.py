@@ -48,7 +48,11 @@ def keyed_uniform(
         sample, salt, j) only, not on ``b``, the other samples or the trailing sizes beyond ``j``'s position.
     """
     device = sample_index.device
-    base = _mix(_mix(torch.tensor(seed, dtype=torch.int64, device=device) * _GOLDEN + step) + salt * _GOLDEN)
+
+    def key(value: int) -> torch.Tensor:  # int64 tensor arithmetic wraps around; Python ints would not fit
+        return torch.tensor(value, dtype=torch.int64, device=device)
+
+    base = _mix(_mix(key(seed) * _GOLDEN + step) + key(salt) * _GOLDEN)
     keys = _mix(base ^ (sample_index.to(torch.int64) * _GOLDEN))  # [b]
     per_sample = int(torch.Size(shape[1:]).numel())
     position = torch.arange(per_sample, dtype=torch.int64, device=device)
