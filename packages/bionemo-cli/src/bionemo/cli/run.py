@@ -1,4 +1,4 @@
-"""``bionemo run train`` and ``bionemo run predict``: one set of shared options, recipe-driven."""
+"""``bionemo run train``, ``run predict`` and ``run finetune``, recipe-driven; their shared options: ``shared_options``."""
 
 import os
 import shlex
@@ -7,15 +7,27 @@ import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Any
 
 import typer
 
-from bionemo.esm2.data.readers import DATA_FORMATS
+from bionemo.cli.shared_options import (
+    CHECKPOINT,
+    CONFIG,
+    LAYOUT_OPTIONS,
+    OUTPUT_DIR,
+    RECIPE,
+    RUN_OPTIONS,
+    TRUNCATE,
+    VERBOSE,
+    option,
+    training_options,
+    with_options,
+)
 from bionemo.esm2.finetune.head_config import HeadChoice  # the standard library only: --help stays fast
 from bionemo.esm2.finetune.spec import LORA_TARGETS, EncoderMode
 from bionemo.esm2.finetune.tasks import Task
-from bionemo.recipes.choices import Accelerator, Include, OutputDtype, Precision, StrategyChoice, WriteIntervalChoice
+from bionemo.recipes.choices import Include, OutputDtype, WriteIntervalChoice
 
 if TYPE_CHECKING:
     from bionemo.recipes.interrupts import TrainingAborted, TrainingInterrupted
@@ -24,112 +36,13 @@ __all__ = ["run_app"]
 
 run_app = typer.Typer(help="Train a model or predict with one.", no_args_is_help=True)
 
-RecipeOpt = Annotated[
-    str | None, typer.Option("--recipe", help="Recipe name (see `bionemo recipes list`). Default: esm2-demo.")
-]
-ConfigOpt = Annotated[
-    Path | None, typer.Option("--config", help="YAML or JSON file of settings; options given here override it.")
-]
-DataOpt = Annotated[Path | None, typer.Option("--data", help=f"Sequences: {DATA_FORMATS}.")]
-OutOpt = Annotated[Path | None, typer.Option("--output-dir", help="Where results go.")]
-CkptOpt = Annotated[
-    Path | None,
-    typer.Option(
-        "--checkpoint",
-        help="Model weights: a Hugging Face ESM-2 folder or a bionemo .safetensors file (train: start from them).",
-    ),
-]
-DevicesOpt = Annotated[int | None, typer.Option("--devices", min=1, help="Devices per node. Default: 1.")]
-NodesOpt = Annotated[
-    int | None, typer.Option("--num-nodes", min=1, help="Nodes (torchrun / SLURM launch). Default: 1.")
-]
-AccelOpt = Annotated[
-    Accelerator | None, typer.Option("--accelerator", help="Where to run. Default: auto (GPUs when there are any).")
-]
-StrategyOpt = Annotated[
-    StrategyChoice | None, typer.Option("--strategy", help="auto: megatron on GPUs, Lightning on CPU.")
-]
-TPOpt = Annotated[
-    int | None, typer.Option("--tensor-parallel", min=1, help="Tensor-parallel size (megatron). Default: 1.")
-]
-PPOpt = Annotated[
-    int | None, typer.Option("--pipeline-parallel", min=1, help="Pipeline-parallel size (megatron). Default: 1.")
-]
-CPOpt = Annotated[
-    int | None, typer.Option("--context-parallel", min=1, help="Context-parallel size (megatron). Default: 1.")
-]
-PrecisionOpt = Annotated[
-    Precision | None, typer.Option("--precision", help="Numeric precision. Default: the recipe's.")
-]
-MBSOpt = Annotated[
-    int | None, typer.Option("--micro-batch-size", min=1, help="Sequences per batch per device. Default: the recipe's.")
-]
-GBSOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--global-batch-size", min=1, help="Sequences per optimizer step, all devices. Default: the recipe's."
-    ),
-]
-TruncateOpt = Annotated[
-    bool, typer.Option("--truncate", help="Cut sequences longer than the model allows (default: refuse them).")
-]
-NoResumeOpt = Annotated[
-    bool, typer.Option("--no-resume", help="Start afresh (default: continue from the checkpoint in --output-dir).")
-]
-VerboseOpt = Annotated[
-    bool, typer.Option("--verbose", help="Also show the libraries' warnings and notes (hidden by default).")
-]
-
-IncludeOpt = Annotated[
-    list[Include] | None,
-    typer.Option(
-        "--include",
-        help="Repeat to choose outputs (residue-embeddings: per residue; cls: the <cls> vector). Default: embeddings, perplexity.",
-    ),
-]
-WriteIntervalOpt = Annotated[
-    WriteIntervalChoice | None,
-    typer.Option(
-        "--write-interval",
-        help="batch: shards stream to disk as they come and a rerun resumes; epoch: one per device at the end. Default: batch.",
-    ),
-]
-TokensPerBatchOpt = Annotated[
-    int | None,
-    typer.Option(
-        "--tokens-per-batch",
-        min=1,
-        help="Batch length-sorted sequences up to this many tokens (padding included). Default: sized from the "
-        "model and the device (up to 131,072 on GPUs, 8,192 on CPUs), or by count with --micro-batch-size.",
-    ),
-]
-LayerOpt = Annotated[
-    list[int] | None,
-    typer.Option(
-        "--layer", help="Repeat to add layers' embeddings (0 = embedding output, num_layers = last, -1 = last)."
-    ),
-]
-OutputDtypeOpt = Annotated[
-    OutputDtype | None,
-    typer.Option("--output-dtype", help="Type of written embeddings and logits. Default: float32."),
-]
-UnpaddedOpt = Annotated[
-    bool | None,
-    typer.Option(
-        "--unpadded/--padded",
-        help="Batches without padding (variable-length flash attention: GPUs in bf16/fp16, no model "
-        "parallelism) or padded. Same outputs. Default: unpadded wherever it can run.",
-        show_default=False,
-    ),
-]
-
 
 def _training_overrides(options: dict[str, Any]) -> dict[str, Any]:
     """The settings a training command's options give (``run train``, ``run finetune``).
 
     Unset flags are None, so that ``--config`` decides them.
     """
-    overrides = {k: v for k, v in options.items() if k not in ("ctx", "config", "no_resume", "verbose")}
+    overrides = {k: v for k, v in options.items() if k not in ("config", "no_resume", "verbose")}
     overrides.update(truncate=options["truncate"] or None, resume=False if options["no_resume"] else None)
     return overrides
 
@@ -298,188 +211,133 @@ def _as_typed(name: str, program: str, path: str | None) -> str:
 
 
 @run_app.command()
-def train(
-    ctx: typer.Context,
-    recipe: RecipeOpt = None,
-    config: ConfigOpt = None,
-    data: DataOpt = None,
-    output_dir: OutOpt = None,
-    checkpoint: CkptOpt = None,
-    devices: DevicesOpt = None,
-    num_nodes: NodesOpt = None,
-    accelerator: AccelOpt = None,
-    strategy: StrategyOpt = None,
-    tensor_parallel: TPOpt = None,
-    pipeline_parallel: PPOpt = None,
-    context_parallel: CPOpt = None,
-    precision: PrecisionOpt = None,
-    micro_batch_size: MBSOpt = None,
-    global_batch_size: GBSOpt = None,
-    truncate: TruncateOpt = False,
-    verbose: VerboseOpt = False,
-    max_steps: Annotated[
-        int | None, typer.Option("--max-steps", min=1, help="Optimizer steps. Default: the recipe's.")
-    ] = None,
-    val_check_interval: Annotated[
-        int | None, typer.Option("--val-check-interval", min=1, help="Steps between validations.")
-    ] = None,
-    lr: Annotated[float | None, typer.Option("--lr", min=0.0, help="Learning rate. Default: the recipe's.")] = None,
-    no_resume: NoResumeOpt = False,
-    seed: Annotated[
-        int | None, typer.Option("--seed", help="Random seed (data split, masking, init). Default: 0.")
-    ] = None,
-) -> None:
+@with_options(
+    *RUN_OPTIONS,
+    *training_options(
+        max_steps="Optimizer steps. Default: the recipe's.",
+        val_check_interval="Steps between validations.",
+        lr="Learning rate. Default: the recipe's.",
+        seed="Random seed (data split, masking, init). Default: 0.",
+    ),
+)
+def train(ctx: typer.Context, **options: Any) -> None:
     """Train (or fine-tune) the recipe's model; with no options, trains the demo on synthetic protein families."""
-    overrides = _training_overrides(locals())
-    _run("train", config, overrides, verbose, ctx)
+    _run("train", options["config"], _training_overrides(options), options["verbose"], ctx)
 
 
 @run_app.command()
-def predict(
-    recipe: RecipeOpt = None,
-    config: ConfigOpt = None,
-    data: DataOpt = None,
-    output_dir: OutOpt = None,
-    checkpoint: CkptOpt = None,
-    devices: DevicesOpt = None,
-    num_nodes: NodesOpt = None,
-    accelerator: AccelOpt = None,
-    strategy: StrategyOpt = None,
-    tensor_parallel: TPOpt = None,
-    pipeline_parallel: PPOpt = None,
-    context_parallel: CPOpt = None,
-    precision: PrecisionOpt = None,
-    micro_batch_size: MBSOpt = None,
-    global_batch_size: GBSOpt = None,
-    truncate: TruncateOpt = False,
-    verbose: VerboseOpt = False,
-    include: IncludeOpt = None,
-    write_interval: WriteIntervalOpt = None,
-    tokens_per_batch: TokensPerBatchOpt = None,
-    layer: LayerOpt = None,
-    output_dtype: OutputDtypeOpt = None,
-    unpadded: UnpaddedOpt = None,
-    overwrite: Annotated[
+@with_options(
+    *RUN_OPTIONS,
+    option(
+        list[Include] | None,
+        "--include",
+        help="Repeat to choose outputs (residue-embeddings: per residue; cls: the <cls> vector). Default: embeddings, "
+        "perplexity.",
+    ),
+    option(
+        WriteIntervalChoice | None,
+        "--write-interval",
+        help="batch: shards stream to disk as they come and a rerun resumes; epoch: one per device at the end. "
+        "Default: batch.",
+    ),
+    option(
+        int | None,
+        "--tokens-per-batch",
+        min=1,
+        help="Batch length-sorted sequences up to this many tokens (padding included). Default: sized from the "
+        "model and the device (up to 131,072 on GPUs, 8,192 on CPUs), or by count with --micro-batch-size.",
+    ),
+    option(
+        list[int] | None,
+        "--layer",
+        help="Repeat to add layers' embeddings (0 = embedding output, num_layers = last, -1 = last).",
+    ),
+    option(OutputDtype | None, "--output-dtype", help="Type of written embeddings and logits. Default: float32."),
+    option(
+        bool | None,
+        "--unpadded/--padded",
+        show_default=False,
+        help="Batches without padding (variable-length flash attention: GPUs in bf16/fp16, no model "
+        "parallelism) or padded. Same outputs. Default: unpadded wherever it can run.",
+    ),
+    option(
         bool,
-        typer.Option(
-            "--overwrite",
-            help="Replace another run's predictions in --output-dir (default: refuse; the same run resumes).",
-        ),
-    ] = False,
-) -> None:
+        "--overwrite",
+        default=False,
+        help="Replace another run's predictions in --output-dir (default: refuse; the same run resumes).",
+    ),
+)
+def predict(**options: Any) -> None:
     """Predict per-sequence outputs; with no options, the bundled demo sequences with the bundled weights."""
-    overrides = {k: v for k, v in locals().items() if k not in ("config", "verbose")}
-    overrides.update(truncate=truncate or None, overwrite=overwrite or None)  # unset flags (None): the config decides
-    _run("predict", config, overrides, verbose)
+    overrides = {k: v for k, v in options.items() if k not in ("config", "verbose")}
+    # unset flags (None): the config decides
+    overrides.update(truncate=options["truncate"] or None, overwrite=options["overwrite"] or None)
+    _run("predict", options["config"], overrides, options["verbose"])
 
 
 @run_app.command()
-def finetune(
-    ctx: typer.Context,
-    checkpoint: CkptOpt = None,
-    data: Annotated[
-        Path | None,
-        typer.Option(
-            "--data", help="Labelled training CSV: a 'sequence' column, optionally 'id', the label column(s)."
-        ),
-    ] = None,
-    val_data: Annotated[
-        Path | None,
-        typer.Option("--val-data", help="Labelled validation CSV. Default: a seeded 10% split of --data."),
-    ] = None,
-    task: Annotated[Task | None, typer.Option("--task", help="What the labels are.", case_sensitive=False)] = None,
-    label_column: Annotated[
-        list[str] | None,
-        typer.Option("--label-column", help="Label column; repeat for several (regression, multilabel)."),
-    ] = None,
-    mask_column: Annotated[
-        str | None, typer.Option("--mask-column", help="Per-residue 0/1 string; 0 = not scored (token tasks).")
-    ] = None,
-    head: Annotated[
+@with_options(
+    CHECKPOINT,
+    option(
+        Path | None, "--data", help="Labelled training CSV: a 'sequence' column, optionally 'id', the label column(s)."
+    ),
+    option(Path | None, "--val-data", help="Labelled validation CSV. Default: a seeded 10% split of --data."),
+    option(Task | None, "--task", help="What the labels are.", case_sensitive=False),
+    option(list[str] | None, "--label-column", help="Label column; repeat for several (regression, multilabel)."),
+    option(str | None, "--mask-column", help="Per-residue 0/1 string; 0 = not scored (token tasks)."),
+    option(
         HeadChoice | None,
-        typer.Option(
-            "--head",
-            help="hf: Hugging Face's layout (exports to EsmFor*Classification); mlp: mean over residues -> MLP; "
-            "conv: convolution over residues (token tasks). Default: mlp for sequence tasks, conv for token tasks.",
-            case_sensitive=False,
-        ),
-    ] = None,
-    head_dropout: Annotated[
-        float | None,
-        typer.Option("--head-dropout", min=0.0, max=0.99, help="Dropout in the head. Default: 0.1 hf, 0.25 mlp/conv."),
-    ] = None,
-    encoder: Annotated[
+        "--head",
+        help="hf: Hugging Face's layout (exports to EsmFor*Classification); mlp: mean over residues -> MLP; "
+        "conv: convolution over residues (token tasks). Default: mlp for sequence tasks, conv for token tasks.",
+        case_sensitive=False,
+    ),
+    option(
+        float | None, "--head-dropout", min=0.0, max=0.99, help="Dropout in the head. Default: 0.1 hf, 0.25 mlp/conv."
+    ),
+    option(
         EncoderMode | None,
-        typer.Option(
-            "--encoder",
-            help="full: train everything; frozen: the head only, on embeddings computed once; lora: LoRA adapters "
-            "and the head. Default: full.",
-            case_sensitive=False,
-        ),
-    ] = None,
-    lora_rank: Annotated[int | None, typer.Option("--lora-rank", min=1, help="LoRA rank. Default: 8.")] = None,
-    lora_alpha: Annotated[
-        float | None,
-        typer.Option("--lora-alpha", min=0.0, help="LoRA scale alpha (update x alpha / rank). Default: 16."),
-    ] = None,
-    lora_dropout: Annotated[
-        float | None, typer.Option("--lora-dropout", min=0.0, max=0.99, help="Dropout on LoRA's input. Default: 0.")
-    ] = None,
-    lora_targets: Annotated[
+        "--encoder",
+        help="full: train everything; frozen: the head only, on embeddings computed once; lora: LoRA adapters "
+        "and the head. Default: full.",
+        case_sensitive=False,
+    ),
+    option(int | None, "--lora-rank", min=1, help="LoRA rank. Default: 8."),
+    option(float | None, "--lora-alpha", min=0.0, help="LoRA scale alpha (update x alpha / rank). Default: 16."),
+    option(float | None, "--lora-dropout", min=0.0, max=0.99, help="Dropout on LoRA's input. Default: 0."),
+    option(
         list[str] | None,
-        typer.Option("--lora-targets", help=f"Repeat: layers to adapt among {', '.join(LORA_TARGETS)}. Default: all."),
-    ] = None,
-    head_lr: Annotated[
-        float | None, typer.Option("--head-lr", min=0.0, help="The head's learning rate. Default: --lr.")
-    ] = None,
-    warmup_steps: Annotated[
-        int | None, typer.Option("--warmup-steps", min=0, help="Linear warm-up steps. Default: 10% of --max-steps.")
-    ] = None,
-    patience: Annotated[
+        "--lora-targets",
+        help=f"Repeat: layers to adapt among {', '.join(LORA_TARGETS)}. Default: all.",
+    ),
+    option(float | None, "--head-lr", min=0.0, help="The head's learning rate. Default: --lr."),
+    option(int | None, "--warmup-steps", min=0, help="Linear warm-up steps. Default: 10% of --max-steps."),
+    option(int | None, "--patience", min=1, help="Stop after this many validations without a better metric."),
+    RECIPE,
+    CONFIG,
+    OUTPUT_DIR,
+    *LAYOUT_OPTIONS,
+    option(
         int | None,
-        typer.Option("--patience", min=1, help="Stop after this many validations without a better metric."),
-    ] = None,
-    recipe: RecipeOpt = None,
-    config: ConfigOpt = None,
-    output_dir: OutOpt = None,
-    devices: DevicesOpt = None,
-    num_nodes: NodesOpt = None,
-    accelerator: AccelOpt = None,
-    strategy: StrategyOpt = None,
-    tensor_parallel: TPOpt = None,
-    pipeline_parallel: PPOpt = None,
-    context_parallel: CPOpt = None,
-    precision: PrecisionOpt = None,
-    micro_batch_size: MBSOpt = None,
-    global_batch_size: GBSOpt = None,
-    global_batch_tokens: Annotated[
-        int | None,
-        typer.Option(
-            "--global-batch-tokens",
-            min=1,
-            help="Batches cut by tokens: up to this many per optimizer step, all devices (residues + 2 per sequence, "
-            "no padding), instead of --micro-batch-size / --global-batch-size. Default: 16,384 on GPUs; on CPUs "
-            "batches of 16 sequences.",
-        ),
-    ] = None,
-    truncate: TruncateOpt = False,
-    verbose: VerboseOpt = False,
-    max_steps: Annotated[
-        int | None, typer.Option("--max-steps", min=1, help="Optimizer steps. Default: 10 passes over --data.")
-    ] = None,
-    val_check_interval: Annotated[
-        int | None, typer.Option("--val-check-interval", min=1, help="Steps between validations. Default: a pass.")
-    ] = None,
-    lr: Annotated[
-        float | None,
-        typer.Option("--lr", min=0.0, help="Peak learning rate. Default: 1e-4 full, 5e-4 lora, 1e-3 frozen."),
-    ] = None,
-    no_resume: NoResumeOpt = False,
-    seed: Annotated[int | None, typer.Option("--seed", help="Random seed (split, order, init). Default: 0.")] = None,
-) -> None:
+        "--global-batch-tokens",
+        min=1,
+        help="Batches cut by tokens: up to this many per optimizer step, all devices (residues + 2 per sequence, "
+        "no padding), instead of --micro-batch-size / --global-batch-size. Default: 16,384 on GPUs; on CPUs "
+        "batches of 16 sequences.",
+    ),
+    TRUNCATE,
+    VERBOSE,
+    *training_options(
+        max_steps="Optimizer steps. Default: 10 passes over --data.",
+        val_check_interval="Steps between validations. Default: a pass.",
+        lr="Peak learning rate. Default: 1e-4 full, 5e-4 lora, 1e-3 frozen.",
+        seed="Random seed (split, order, init). Default: 0.",
+    ),
+)
+def finetune(ctx: typer.Context, **options: Any) -> None:
     """Fine-tune a pretrained ESM-2 (--checkpoint) on labelled sequences; writes a self-describing model.safetensors."""
-    overrides = _training_overrides(locals())
+    overrides = _training_overrides(options)
     for key in ("task", "head", "encoder"):
         if overrides[key] is not None:
             overrides[key] = overrides[key].value
-    _run("finetune", config, overrides, verbose, ctx)
+    _run("finetune", options["config"], overrides, options["verbose"], ctx)
