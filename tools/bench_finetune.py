@@ -124,14 +124,22 @@ def run_ours(folder: Path, train: Path, val: Path, out: Path, mode: str, args: a
         command += ["--max-steps", str(args.steps + 3), "--val-check-interval", str(args.steps + 3)]
     if mode == "lora":
         command += ["--lora-rank", "8", "--lora-alpha", "16"]
+    summary, wall = finetune_subprocess(command, out, f"bionemo run finetune --encoder {mode}")
+    return {**summary, "wall_seconds": wall}
+
+
+def finetune_subprocess(command: list[str], out: Path, what: str) -> tuple[dict[str, Any], float]:
+    """Run ``command`` (a ``run finetune`` writing into ``out``): its ``summary.json`` and wall seconds.
+
+    Exits (``SystemExit``, naming ``what``) with the command and its output's tail on stderr when it fails.
+    """
     started = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     wall = time.perf_counter() - started
     if result.returncode != 0:
         print(shlex.join(command), result.stdout[-3000:], result.stderr[-3000:], sep="\n", file=sys.stderr)
-        raise SystemExit(f"bionemo run finetune --encoder {mode} failed ({result.returncode})")
-    summary = json.loads((out / "summary.json").read_text())
-    return {**summary, "wall_seconds": wall}
+        raise SystemExit(f"{what} failed ({result.returncode})")
+    return json.loads((out / "summary.json").read_text()), wall
 
 
 def _ratio(a: float | None, b: float | None) -> str:

@@ -43,12 +43,14 @@ import os
 import random
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_finetune import finetune_subprocess  # noqa: E402
 
 AMINO_ACIDS = "ACDEFGHIKLMNPQRSTVWY"
 HEADS = {"classification": ("hf", "mlp"), "regression": ("hf", "mlp"), "token-classification": ("hf", "conv")}
@@ -145,13 +147,7 @@ def run_finetune(
         "--val-check-interval", str(max(1, args.steps // args.validations)), "--seed", str(seed),
         "--accelerator", args.accelerator, "--output-dir", str(out), "--no-resume", *args.finetune_flags,
     ]  # fmt: skip
-    started = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
-    wall = time.perf_counter() - started
-    if result.returncode != 0:
-        print(shlex.join(command), result.stdout[-3000:], result.stderr[-3000:], sep="\n", file=sys.stderr)
-        raise SystemExit(f"run finetune --task {task} --head {head} --encoder {encoder} failed ({result.returncode})")
-    summary = json.loads((out / "summary.json").read_text())
+    summary, wall = finetune_subprocess(command, out, f"run finetune --task {task} --head {head} --encoder {encoder}")
     metric = summary["best"]["metric"]
     return {
         "task": task,
