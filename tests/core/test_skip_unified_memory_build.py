@@ -8,6 +8,7 @@ import warnings
 
 import pytest
 
+import bionemo.core.module_hook as module_hook
 import bionemo.core.skip_unified_memory_build as skip
 from bionemo.core.skip_unified_memory_build import (
     MODULE,
@@ -29,12 +30,13 @@ def counting(*args, **kwargs):
     calls.append(kwargs.get("name"))
     raise ImportError("no build in this test")
 cpp.load_inline = counting
-from bionemo.core.skip_unified_memory_build import skip_unified_memory_build, _SkipBuildFinder
+from bionemo.core.module_hook import module_hooked
+from bionemo.core.skip_unified_memory_build import MODULE, skip_unified_memory_build
 armed = skip_unified_memory_build()
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
     import megatron.core.inference.unified_memory as um
-left = [f for f in sys.meta_path if isinstance(f, _SkipBuildFinder)]
+left = [MODULE] if module_hooked(MODULE) else []
 print(armed, len(calls), um.has_unified_memory, cpp.load_inline is counting, um.load_inline is counting, len(left),
       sum("unified memory mempool" in str(w.message) for w in caught))
 """
@@ -72,9 +74,9 @@ def test_switched_off_megatron_builds_as_upstream_does():
 def test_another_version_is_left_alone_and_said_once(monkeypatch):
     monkeypatch.delitem(sys.modules, MODULE, raising=False)
     monkeypatch.delenv(SWITCH, raising=False)
-    monkeypatch.setattr(skip, "_warned", False)
+    monkeypatch.setattr(module_hook, "_WARNED", set())
     monkeypatch.setattr(skip.importlib.metadata, "version", lambda name: "0.99.0")
-    before = [finder for finder in sys.meta_path if not isinstance(finder, skip._SkipBuildFinder)]
+    before = [finder for finder in sys.meta_path if getattr(finder, "fullname", None) != MODULE]
     monkeypatch.setattr(sys, "meta_path", list(before))  # not armed yet in this process (conftest may have)
     with pytest.warns(UnverifiedMegatronWarning, match="megatron-core 0.99.0 is installed"):
         assert skip_unified_memory_build() is False

@@ -80,7 +80,13 @@ app.add_typer(convert_app, name="convert")
 
 
 def main() -> None:
-    """Entry point of the ``bionemo`` console script (exits without the interpreter's teardown, see ``_fast_exit``)."""
-    from bionemo.cli._fast_exit import run_then_exit_fast
+    """Entry point of the ``bionemo`` console script (exits without the interpreter's teardown, see ``_fast_exit``).
 
+    Before any command runs it keeps torchmetrics from importing transformers, for this process only
+    (:mod:`bionemo.core.skip_torchmetrics_transformers`: no command uses torchmetrics' transformers metrics).
+    """
+    from bionemo.cli._fast_exit import run_then_exit_fast
+    from bionemo.core.skip_torchmetrics_transformers import skip_torchmetrics_transformers
+
+    skip_torchmetrics_transformers()
     run_then_exit_fast(app)

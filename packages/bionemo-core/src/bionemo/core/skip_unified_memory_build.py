@@ -19,16 +19,14 @@ restored as soon as the module has run. Nothing else is touched; nothing stays p
 """
 
 import hashlib
-import importlib.abc
-import importlib.machinery
 import importlib.metadata
-import importlib.util
-import os
-import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
+
+from bionemo.core.module_hook import hook_verified_module
 
 __all__ = [
     "MODULE",
@@ -46,7 +44,6 @@ UPSTREAM_SHA256 = "0f7cd3cf70b9e04d803dbaecce878c9bee187f0c915938c3a5fe9a0bf463d
 """SHA-256 of the verified version's file (the canary test compares the installed one with it)."""
 SWITCH = "BIONEMO_MEGATRON_UNIFIED_MEMORY"
 _WARNING = "Failed to create unified memory mempool."
-_warned = False
 
 
 class UnverifiedMegatronWarning(UserWarning):
@@ -60,67 +57,31 @@ def skip_unified_memory_build() -> bool:
         ``True`` when the work-around is armed (or was armed before), ``False`` when it is switched off, the
         module was already imported, megatron-core is not installed or not the verified version.
     """
-    global _warned
-    if os.environ.get(SWITCH) == "1" or MODULE in sys.modules:
-        return False
-    if any(isinstance(finder, _SkipBuildFinder) for finder in sys.meta_path):
-        return True
-    try:
-        version = importlib.metadata.version("megatron-core").split("+")[0]
-    except importlib.metadata.PackageNotFoundError:
-        return False
-    if version != VERIFIED_MEGATRON_CORE:
-        if not _warned:
-            _warned = True
-            warnings.warn(
-                f"bionemo: megatron-core {version} is installed, the skip of its unified-memory build was verified "
-                f"on {VERIFIED_MEGATRON_CORE} only: not applied (importing megatron-core may compile a CUDA "
-                "extension)",
-                UnverifiedMegatronWarning,
-                stacklevel=2,
-            )
-        return False
-    sys.meta_path.insert(0, _SkipBuildFinder())
-    return True
+    return hook_verified_module(
+        MODULE,
+        _run_without_build,
+        distribution="megatron-core",
+        verified=VERIFIED_MEGATRON_CORE,
+        switch=SWITCH,
+        warning=UnverifiedMegatronWarning,
+        what="the skip of its unified-memory build (importing megatron-core may compile a CUDA extension)",
+    )
 
 
-class _SkipBuildFinder(importlib.abc.MetaPathFinder):
-    """Finds nothing but :data:`MODULE`, whose loader it wraps; leaves ``sys.meta_path`` when it has."""
-
-    def find_spec(self, fullname: str, path: Any, target: ModuleType | None = None) -> Any:
-        if fullname != MODULE:
-            return None
-        if self in sys.meta_path:
-            sys.meta_path.remove(self)  # one module, once; also keeps find_spec below from finding this finder
-        spec = importlib.util.find_spec(fullname)
-        if spec is None or not isinstance(spec.loader, importlib.abc.Loader):
-            return spec
-        spec.loader = _SkipBuildLoader(spec.loader)
-        return spec
-
-
-class _SkipBuildLoader(importlib.abc.Loader):
+def _run_without_build(exec_module: Callable[[ModuleType], None], module: ModuleType) -> None:
     """Runs the module with ``torch.utils.cpp_extension.load_inline`` refusing, then puts torch's back."""
+    import torch.utils.cpp_extension as cpp_extension
 
-    def __init__(self, loader: importlib.abc.Loader) -> None:
-        self.loader = loader
-
-    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType | None:
-        return self.loader.create_module(spec)
-
-    def exec_module(self, module: ModuleType) -> None:
-        import torch.utils.cpp_extension as cpp_extension
-
-        original = cpp_extension.load_inline
-        cpp_extension.load_inline = _refuse_build  # pyright: ignore[reportAttributeAccessIssue]
-        try:
-            with warnings.catch_warnings():
-                warnings.filterwarnings("ignore", message=_WARNING)
-                self.loader.exec_module(module)
-        finally:
-            cpp_extension.load_inline = original  # pyright: ignore[reportAttributeAccessIssue]
-            if getattr(module, "load_inline", None) is _refuse_build:
-                vars(module)["load_inline"] = original  # the module's own name for it, as megatron imported it
+    original = cpp_extension.load_inline
+    cpp_extension.load_inline = _refuse_build  # pyright: ignore[reportAttributeAccessIssue]
+    try:
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=_WARNING)
+            exec_module(module)
+    finally:
+        cpp_extension.load_inline = original  # pyright: ignore[reportAttributeAccessIssue]
+        if getattr(module, "load_inline", None) is _refuse_build:
+            vars(module)["load_inline"] = original  # the module's own name for it, as megatron imported it
 
 
 def _refuse_build(*args: Any, **kwargs: Any) -> Any:

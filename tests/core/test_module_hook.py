@@ -1,0 +1,53 @@
+"""The one-shot import hook (bionemo.core.module_hook): one module, its first import, then gone."""
+
+import sys
+
+import pytest
+
+from bionemo.core.module_hook import ModuleHook, hook_module, module_hooked
+
+
+@pytest.fixture
+def package(tmp_path, monkeypatch):
+    """Two fresh modules on ``sys.path``; ``sys.meta_path`` and ``sys.modules`` restored after."""
+    (tmp_path / "hooked_target.py").write_text("VALUE = 1\nSEEN = globals().get('PRESET')\n")
+    (tmp_path / "hooked_other.py").write_text("VALUE = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "meta_path", list(sys.meta_path))
+    for name in ("hooked_target", "hooked_other"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    return tmp_path
+
+
+def test_the_module_runs_inside_around_once_and_the_hook_leaves(package):
+    calls = []
+
+    def around(exec_module, module):
+        module.PRESET = "set before"
+        exec_module(module)
+        module.VALUE += 1
+        calls.append(module.__name__)
+
+    hook_module("hooked_target", around)
+    hook_module("hooked_target", around)  # already waiting: not added twice
+    assert sum(isinstance(f, ModuleHook) and f.fullname == "hooked_target" for f in sys.meta_path) == 1
+    import hooked_other  # noqa: F401 - another module: not run through the hook
+
+    assert module_hooked("hooked_target")
+    assert calls == []
+    import hooked_target
+
+    assert (hooked_target.VALUE, hooked_target.SEEN, calls) == (2, "set before", ["hooked_target"])
+    assert not module_hooked("hooked_target")
+    del sys.modules["hooked_target"]
+    import hooked_target as again  # a second import: the module's own code only
+
+    assert (again.VALUE, calls) == (1, ["hooked_target"])
+
+
+def test_an_error_inside_the_module_propagates_and_the_hook_is_still_gone(package):
+    (package / "hooked_target.py").write_text("raise ValueError('upstream failed')\n")
+    hook_module("hooked_target", lambda exec_module, module: exec_module(module))
+    with pytest.raises(ValueError, match="upstream failed"):
+        import hooked_target  # noqa: F401
+    assert not module_hooked("hooked_target")

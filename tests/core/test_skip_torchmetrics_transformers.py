@@ -1,0 +1,173 @@
+"""torchmetrics imports no transformers in the ``bionemo`` command (bionemo.core.skip_torchmetrics_transformers)."""
+
+import importlib.metadata
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import warnings
+from types import ModuleType
+
+import pytest
+import torch
+
+import bionemo.core.module_hook as module_hook
+import bionemo.core.skip_torchmetrics_transformers as skip
+from bionemo.core.module_hook import module_hooked
+from bionemo.core.skip_torchmetrics_transformers import (
+    MODULE,
+    SWITCH,
+    UPSTREAM_SHA256,
+    VERIFIED_TORCHMETRICS,
+    UnverifiedTorchmetricsWarning,
+    skip_torchmetrics_transformers,
+    upstream_sha256,
+)
+
+PREDS = [0.1, 0.9, 0.35, 0.8, 0.45, 0.2, 0.7, 0.6]
+VALUES = [0.3, 1.2, -0.4, 0.9, 0.2, -1.0, 0.5, 1.5]  # regression target, no ties
+LABELS = [0, 1, 0, 1, 1, 0, 0, 1]  # binary target
+
+# A clean process running the real `bionemo` entry point with a command added to its app: the command reports
+# whether the work-around was armed before it ran, imports Lightning, computes three of the torchmetrics metrics
+# bionemo's fine-tuning logs, and reports what torchmetrics made of transformers.
+CHILD = textwrap.dedent(
+    f"""
+    import json, sys
+    import typer
+    from bionemo.cli import app as cli
+    from bionemo.core.module_hook import module_hooked
+    from bionemo.core.skip_torchmetrics_transformers import FLAGS, MODULE
+
+    def armed():
+        return int(module_hooked(MODULE))
+
+    @cli.app.command("probe")
+    def probe() -> None:
+        armed_before = armed()
+        import lightning.pytorch
+        import torch
+        import torchmetrics.functional.text.bert as bert
+        import torchmetrics.text
+        import torchmetrics.utilities.imports as flags
+        from torchmetrics.classification import BinaryAUROC
+        from torchmetrics.functional import pearson_corrcoef, spearman_corrcoef
+
+        preds, values, labels = torch.tensor({PREDS!r}), torch.tensor({VALUES!r}), torch.tensor({LABELS!r})
+        bert_error = ""
+        if not flags._TRANSFORMERS_GREATER_EQUAL_4_4:  # otherwise it would download BERTScore's default model
+            try:
+                bert.bert_score(["a"], ["a"])
+            except ModuleNotFoundError as error:
+                bert_error = str(error)
+        print(json.dumps({{
+            "armed_before": armed_before,
+            "finders_left": armed(),
+            "transformers": "transformers" in sys.modules,
+            "sklearn": "sklearn" in sys.modules,
+            "flags": [bool(getattr(flags, name)) for name in FLAGS],
+            "flag_text": str(flags._TRANSFORMERS_GREATER_EQUAL_4_4),
+            "bertscore_exported": hasattr(torchmetrics.text, "BERTScore"),
+            "bert_error": bert_error,
+            "pearson": pearson_corrcoef(preds, values).item(),
+            "spearman": spearman_corrcoef(preds, values).item(),
+            "auroc": BinaryAUROC()(preds, labels).item(),
+        }}))
+        raise typer.Exit(0)
+
+    sys.argv = ["bionemo", "probe"]
+    cli.main()
+    """
+)
+
+
+def run_bionemo_probe(switch: str | None) -> dict:
+    env = {k: v for k, v in os.environ.items() if k != SWITCH}
+    if switch is not None:
+        env[SWITCH] = switch
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def reference_metrics() -> dict[str, float]:
+    """Pearson, Spearman (no ties: Pearson of the ranks) and AUROC (share of positive/negative pairs in order)."""
+    preds, values, labels = (torch.tensor(x, dtype=torch.float64) for x in (PREDS, VALUES, LABELS))
+
+    def pearson(x: torch.Tensor, y: torch.Tensor) -> float:
+        x, y = x - x.mean(), y - y.mean()
+        return (x @ y / (x.norm() * y.norm())).item()
+
+    def ranks(x: torch.Tensor) -> torch.Tensor:
+        return x.argsort().argsort().double()
+
+    positives, negatives = preds[labels == 1], preds[labels == 0]
+    auroc = (positives[:, None] > negatives[None, :]).double().mean().item()
+    return {"pearson": pearson(preds, values), "spearman": pearson(ranks(preds), ranks(values)), "auroc": auroc}
+
+
+def test_canary_the_installed_upstream_files_are_the_verified_ones():
+    """Fails when torchmetrics changes: re-verify the work-around (or drop it) and update the digests."""
+    assert importlib.metadata.version("torchmetrics").split("+")[0] == VERIFIED_TORCHMETRICS
+    assert upstream_sha256() == dict(UPSTREAM_SHA256)
+
+
+def test_the_command_arms_it_and_lightning_comes_without_transformers():
+    report = run_bionemo_probe(None)
+    assert report["armed_before"] == 1  # bionemo.cli.app.main armed it before the command ran
+    assert report["finders_left"] == 0  # one module, once: the finder is gone after use
+    assert (report["transformers"], report["sklearn"]) == (False, False)
+    assert report["flags"] == [False, False, False]
+    assert SWITCH in report["flag_text"]  # says who skipped it and how to switch that off
+    assert report["bertscore_exported"] is False  # torchmetrics' own path for a machine without transformers
+    assert "requires `transformers`" in report["bert_error"]  # and its own error
+    assert {name: report[name] for name in ("pearson", "spearman", "auroc")} == pytest.approx(
+        reference_metrics(), abs=1e-6
+    )
+
+
+def test_switched_off_torchmetrics_imports_transformers_as_upstream_does():
+    report = run_bionemo_probe("1")
+    assert (report["armed_before"], report["transformers"], report["flags"]) == (0, True, [True, True, True])
+    assert report["bertscore_exported"] is True
+    assert {name: report[name] for name in ("pearson", "spearman", "auroc")} == pytest.approx(
+        reference_metrics(), abs=1e-6
+    )
+
+
+@pytest.fixture
+def clean_meta_path(monkeypatch):
+    """This process without the finder, the switch or the warned-once flag; ``sys.meta_path`` restored after."""
+    monkeypatch.delenv(SWITCH, raising=False)
+    monkeypatch.setattr(module_hook, "_WARNED", set())
+    before = [finder for finder in sys.meta_path if getattr(finder, "fullname", None) != MODULE]
+    monkeypatch.setattr(sys, "meta_path", list(before))
+    return before
+
+
+def test_already_imported_torchmetrics_is_left_alone(monkeypatch, clean_meta_path):
+    monkeypatch.setitem(sys.modules, MODULE, sys.modules.get(MODULE) or ModuleType(MODULE))
+    assert skip_torchmetrics_transformers() is False
+    assert sys.meta_path == clean_meta_path
+
+
+def test_importing_bionemo_libraries_does_not_arm_it():
+    import bionemo.cli.app  # noqa: F401 - the module, not the command's entry point
+    from bionemo.core.megatron_env import prepare_megatron_import
+
+    prepare_megatron_import()
+    assert not module_hooked(MODULE)
+
+
+def test_another_version_is_left_alone_and_said_once(monkeypatch, clean_meta_path):
+    monkeypatch.delitem(sys.modules, MODULE, raising=False)
+    monkeypatch.setattr(skip.importlib.metadata, "version", lambda name: "1.99.0")
+    with pytest.warns(UnverifiedTorchmetricsWarning, match="torchmetrics 1.99.0 is installed"):
+        assert skip_torchmetrics_transformers() is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert skip_torchmetrics_transformers() is False  # once per process
+    assert sys.meta_path == clean_meta_path
