@@ -1,5 +1,6 @@
 """The one-shot import hook (bionemo.core.module_hook): one module, its first import, then gone."""
 
+import importlib
 import sys
 
 import pytest
@@ -31,16 +32,16 @@ def test_the_module_runs_inside_around_once_and_the_hook_leaves(package):
     hook_module("hooked_target", around)
     hook_module("hooked_target", around)  # already waiting: not added twice
     assert sum(isinstance(f, ModuleHook) and f.fullname == "hooked_target" for f in sys.meta_path) == 1
-    import hooked_other  # noqa: F401 - another module: not run through the hook
+    importlib.import_module("hooked_other")  # another module: not run through the hook
 
     assert module_hooked("hooked_target")
     assert calls == []
-    import hooked_target
+    hooked_target = importlib.import_module("hooked_target")
 
     assert (hooked_target.VALUE, hooked_target.SEEN, calls) == (2, "set before", ["hooked_target"])
     assert not module_hooked("hooked_target")
     del sys.modules["hooked_target"]
-    import hooked_target as again  # a second import: the module's own code only
+    again = importlib.import_module("hooked_target")  # a second import: the module's own code only
 
     assert (again.VALUE, calls) == (1, ["hooked_target"])
 
@@ -49,5 +50,5 @@ def test_an_error_inside_the_module_propagates_and_the_hook_is_still_gone(packag
     (package / "hooked_target.py").write_text("raise ValueError('upstream failed')\n")
     hook_module("hooked_target", lambda exec_module, module: exec_module(module))
     with pytest.raises(ValueError, match="upstream failed"):
-        import hooked_target  # noqa: F401
+        importlib.import_module("hooked_target")
     assert not module_hooked("hooked_target")
