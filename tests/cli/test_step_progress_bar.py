@@ -70,31 +70,3 @@ def test_a_resumed_run_starts_at_the_checkpoints_step(tmp_path):
     task = bar.progress.tasks[bar.train_progress_bar_id]
     assert (task.completed, task.total) == (5, 5)
     assert "5/5" in rendered(bar)
-
-
-class CountedBar(StepProgressBar):
-    """Counts the steps after which the bar read its metrics (each read copies them from the device)."""
-
-    def __init__(self, clock) -> None:
-        super().__init__(leave=True, metrics_interval=1.0, clock=clock)
-        self.read_after: list[int] = []
-
-    def get_metrics(self, trainer, pl_module):
-        self.read_after.append(trainer.global_step)
-        return super().get_metrics(trainer, pl_module)
-
-
-def test_metrics_are_read_at_most_once_per_interval_and_at_the_last_step(tmp_path):
-    ticks = iter(float(t) for t in [0, 0.2, 0.5, 1.1, 1.2, 1.3, 2.4, 2.5, 2.6])  # one clock reading per step
-
-    bar = CountedBar(clock=lambda: next(ticks))
-    trainer = pl.Trainer(
-        accelerator="cpu", max_steps=9, callbacks=[bar], logger=False, enable_checkpointing=False,
-        enable_model_summary=False, limit_val_batches=0, default_root_dir=tmp_path,
-    )  # fmt: skip
-    trainer.fit(BoringModel())
-    training_reads = [step for step in bar.read_after if step <= 9]
-    # steps 1..9 end at the ticks above: read at 0 (first), 1.1 and 2.4 (a second later), and at the last step;
-    # Lightning's own end-of-epoch read follows
-    assert training_reads[:4] == [1, 4, 7, 9]
-    assert "9/9" in rendered(bar)

@@ -4,8 +4,6 @@ Imports Lightning (and needs ``rich`` at run time, as Lightning's RichProgressBa
 inside commands, not at ``bionemo --help`` time.
 """
 
-import time
-from collections.abc import Callable
 from typing import Any
 
 import lightning.pytorch as pl
@@ -24,20 +22,7 @@ class StepProgressBar(RichProgressBar):
     bounded by ``max_steps`` alone (``max_epochs=-1``) that reads ``Epoch 0/-2``, and a resumed run's bar starts
     again from 0. This bar reads ``Training step  <global step>/<max_steps>`` and a resumed run's bar starts at
     the step it resumed from. Without ``max_steps`` it is Lightning's bar; validation bars are Lightning's.
-
-    The metrics beside the bar (the loss and what else is logged with ``prog_bar=True``) are read at most once
-    every ``metrics_interval`` seconds and at the last step: reading them copies each value from the device, which
-    makes the host wait for the step's GPU work and stops it queueing the next step's kernels meanwhile (Lightning's
-    bar reads them after every batch). ``clock`` (seconds, monotonic) is for tests.
     """
-
-    def __init__(
-        self, *args: Any, metrics_interval: float = 1.0, clock: Callable[[], float] = time.monotonic, **kwargs: Any
-    ) -> None:
-        super().__init__(*args, **kwargs)
-        self.metrics_interval = metrics_interval
-        self._clock = clock
-        self._metrics_read_at: float | None = None
 
     def _by_step(self) -> bool:
         return self.trainer.max_steps > 0
@@ -74,11 +59,7 @@ class StepProgressBar(RichProgressBar):
         step = trainer.global_step
         if step % self.refresh_rate == 0 or step >= trainer.max_steps:
             self._show_step(step)
-        now = self._clock()
-        due = self._metrics_read_at is None or now - self._metrics_read_at >= self.metrics_interval
-        if due or step >= trainer.max_steps:
-            self._metrics_read_at = now
-            self._update_metrics(trainer, pl_module)
+        self._update_metrics(trainer, pl_module)
         self.refresh()
 
     def _show_step(self, step: int) -> None:
