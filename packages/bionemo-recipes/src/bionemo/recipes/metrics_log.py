@@ -43,6 +43,20 @@ class ResumableCSVLogger(CSVLogger):
         self.rows_at_checkpoint = 0
         """Rows the file held when the checkpoint this run resumes was saved (set by :class:`CSVLogPosition`)."""
         self._logged: set[str] = set()
+        self._last_row: tuple[int | None, list[tuple[str, str]]] | None = None
+
+    @override
+    @rank_zero_only
+    def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
+        """Lightning's ``log_metrics``, except that a row equal to the one just logged at the same step is dropped.
+
+        :class:`CSVLogPosition` writes a step's training row before Lightning does; Lightning's own call repeats it.
+        """
+        row = (step, sorted((key, repr(value)) for key, value in metrics.items()))
+        if row == self._last_row:
+            return
+        self._last_row = row
+        super().log_metrics(metrics, step)
 
     @property
     @override
@@ -72,11 +86,23 @@ class ResumableCSVLogger(CSVLogger):
 
 
 class CSVLogPosition(pl.Callback):
-    """Saves how many rows ``logger``'s ``metrics.csv`` holds with every checkpoint; hands it back on resume."""
+    """Saves how many rows ``logger``'s ``metrics.csv`` holds with every checkpoint; hands it back on resume.
+
+    It also writes each step's training row before that step's checkpoint exists. Lightning logs a step's metrics
+    only after every ``on_train_batch_end`` hook, and checkpoints are saved in that hook, so a run killed between
+    the two would lose the row for good: its resume starts after that step.
+    """
 
     def __init__(self, logger: ResumableCSVLogger) -> None:
         """Track ``logger``'s file."""
         self.csv_logger = logger
+
+    @override
+    def on_train_batch_end(
+        self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
+    ) -> None:
+        # Lightning runs checkpoint callbacks after the others: this comes before any checkpoint of the step.
+        trainer._logger_connector.update_train_step_metrics()  # what Lightning calls next; it logs and saves
 
     @override
     def state_dict(self) -> dict[str, Any]:
