@@ -35,3 +35,18 @@ def test_cuda_dropout_zeroes_the_cpu_elements_and_scales_the_rest(dtype):
     keep = keyed_uniform(x.shape, 5, 2, sample_index) >= 0.3  # not on_cpu != 0: x itself holds zeros in bf16
     expected_grad = keep.to(dtype) / 0.7
     torch.testing.assert_close(x_cuda.grad.cpu(), expected_grad, rtol=1e-2, atol=1e-2)
+
+
+def test_cuda_dropout_never_makes_the_host_wait():
+    """No host-device synchronisation in the forward or backward (a wait mid-step stalls the launch queue)."""
+    from bionemo.layers.keyed_dropout import keyed_dropout
+
+    x = torch.randn(4, 16, 32, device="cuda", requires_grad=True)
+    sample_index = torch.arange(4, device="cuda")
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        keyed_dropout(x, 0.1, 7, 3, sample_index).sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    assert x.grad is not None

@@ -64,6 +64,39 @@ def test_token_tasks_are_token_weighted_over_scored_residues():
         loss_sum(Task.TOKEN_REGRESSION, logits[..., 0], values)
 
 
+@pytest.mark.parametrize("task", list(Task))
+def test_gradients_match_the_indexed_reference_and_ignore_unscored_items(task):
+    """Gradients flow to scored items only, as if they were indexed out; NaN logits on unscored items stay out."""
+    logits, mask = token_batch(k=3)
+    if task.per_residue:
+        target = torch.randint(0, 3, mask.shape) if task is Task.TOKEN_CLASSIFICATION else torch.randn(mask.shape)
+        if task is Task.TOKEN_REGRESSION:
+            logits = logits[..., :1]
+    else:
+        logits, mask = logits[:, 0], mask[:, 0] | torch.tensor([True, False, False])
+        target = torch.randint(0, 3, (3,)) if task is Task.CLASSIFICATION else torch.randint(0, 2, (3, 3)).float()
+    reference = logits.clone().requires_grad_()
+    ours = logits.clone()
+    ours[~mask] = torch.nan
+    ours.requires_grad_()
+    total, _ = loss_sum(task, ours, target, mask)
+    total.backward()
+    picked, wanted = reference[mask], target[mask]
+    if task in (Task.CLASSIFICATION, Task.TOKEN_CLASSIFICATION):
+        expected = F.cross_entropy(picked, wanted, reduction="sum")
+    elif task is Task.MULTILABEL:
+        expected = F.binary_cross_entropy_with_logits(picked, wanted, reduction="none").mean(dim=-1).sum()
+    elif task is Task.REGRESSION:
+        expected = F.mse_loss(picked, wanted, reduction="none").mean(dim=-1).sum()
+    else:
+        expected = F.mse_loss(picked[..., 0], wanted, reduction="sum")
+    expected.backward()
+    torch.testing.assert_close(total, expected)
+    assert ours.grad is not None and reference.grad is not None
+    torch.testing.assert_close(ours.grad, reference.grad)
+    assert not ours.grad[~mask].any()
+
+
 def test_empty_mask_gives_zero_sum_and_count():
     logits, mask = token_batch()
     total, count = loss_sum(Task.TOKEN_CLASSIFICATION, logits, torch.zeros_like(mask, dtype=torch.long), mask & False)

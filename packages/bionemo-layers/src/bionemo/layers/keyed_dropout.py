@@ -50,7 +50,8 @@ def keyed_uniform(
     device = sample_index.device
 
     def key(value: int) -> torch.Tensor:  # int64 tensor arithmetic wraps around; Python ints would not fit
-        return torch.tensor(value, dtype=torch.int64, device=device)
+        # A fill kernel, not torch.tensor: copying a host scalar to a GPU makes the host wait for the device.
+        return torch.full((), value, dtype=torch.int64, device=device)
 
     base = _mix(_mix(key(seed) * _GOLDEN + step) + key(salt) * _GOLDEN)
     keys = _mix(base ^ (sample_index.to(torch.int64) * _GOLDEN))  # [b]

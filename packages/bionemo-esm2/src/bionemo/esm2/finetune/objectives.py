@@ -58,15 +58,20 @@ def loss_sum(task: Task, logits: torch.Tensor, target: torch.Tensor, mask: torch
             raise ValueError(f"{task} needs a mask of the scored residues (the logits cover every position)")
         mask = torch.ones(target.shape[0], dtype=torch.bool, device=logits.device)
     mask = mask.bool()
+    # Masked items are zeroed rather than indexed out: boolean indexing would make the host wait for the device.
+    logits = torch.where(mask.reshape(*mask.shape, *([1] * (logits.dim() - mask.dim()))), logits, 0.0)
     if task in (Task.CLASSIFICATION, Task.TOKEN_CLASSIFICATION):
-        items = F.cross_entropy(logits[mask], target[mask].long(), reduction="sum")
-    elif task is Task.MULTILABEL:
-        items = F.binary_cross_entropy_with_logits(logits[mask], target[mask].float(), reduction="none")
-        items = items.mean(dim=-1).sum()
-    elif task is Task.REGRESSION:
-        items = F.mse_loss(logits[mask], target[mask].float(), reduction="none").mean(dim=-1).sum()
+        classes = torch.where(mask, target.long(), -100).reshape(-1)
+        items = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), classes, reduction="sum", ignore_index=-100)
     else:
-        items = F.mse_loss(logits[mask], target[mask].float(), reduction="sum")
+        values = torch.where(mask.reshape(*mask.shape, *([1] * (target.dim() - mask.dim()))), target.float(), 0.0)
+        if task is Task.MULTILABEL:
+            per_item = F.binary_cross_entropy_with_logits(logits, values, reduction="none").mean(dim=-1)
+        elif task is Task.REGRESSION:
+            per_item = F.mse_loss(logits, values, reduction="none").mean(dim=-1)
+        else:
+            per_item = F.mse_loss(logits, values, reduction="none")
+        items = torch.where(mask, per_item, 0.0).sum()
     return LossSum(items, mask.sum())
 
 
