@@ -92,7 +92,8 @@ def test_gradients_match_the_indexed_reference_and_ignore_unscored_items(task):
         expected = F.mse_loss(picked[..., 0], wanted, reduction="sum")
     expected.backward()
     torch.testing.assert_close(total, expected)
-    assert ours.grad is not None and reference.grad is not None
+    assert ours.grad is not None
+    assert reference.grad is not None
     torch.testing.assert_close(ours.grad, reference.grad)
     assert not ours.grad[~mask].any()
 
