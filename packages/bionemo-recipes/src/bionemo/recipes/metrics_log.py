@@ -50,7 +50,8 @@ class ResumableCSVLogger(CSVLogger):
     def log_metrics(self, metrics: dict[str, Any], step: int | None = None) -> None:
         """Lightning's ``log_metrics``, except that a row equal to the one just logged at the same step is dropped.
 
-        :class:`CSVLogPosition` writes a step's training row before Lightning does; Lightning's own call repeats it.
+        :class:`CSVLogPosition` writes a step's training row here before Lightning does; Lightning's own call, to
+        every logger, repeats it.
         """
         row = (step, sorted((key, repr(value)) for key, value in metrics.items()))
         if row == self._last_row:
@@ -102,7 +103,13 @@ class CSVLogPosition(pl.Callback):
         self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: Any, batch: Any, batch_idx: int
     ) -> None:
         # Lightning runs checkpoint callbacks after the others: this comes before any checkpoint of the step.
-        trainer._logger_connector.update_train_step_metrics()  # what Lightning calls next; it logs and saves
+        # Only this CSV logger gets the early row; Lightning's own call next logs to every logger once.
+        loggers = trainer.loggers
+        trainer.loggers = [self.csv_logger]
+        try:
+            trainer._logger_connector.update_train_step_metrics()  # what Lightning calls next; it logs and saves
+        finally:
+            trainer.loggers = loggers
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -59,12 +59,12 @@ def loss_sum(task: Task, logits: torch.Tensor, target: torch.Tensor, mask: torch
         mask = torch.ones(target.shape[0], dtype=torch.bool, device=logits.device)
     mask = mask.bool()
     # Masked items are zeroed rather than indexed out: boolean indexing would make the host wait for the device.
-    logits = torch.where(mask.reshape(*mask.shape, *([1] * (logits.dim() - mask.dim()))), logits, 0.0)
+    logits = torch.where(_trailing_ones(mask, logits), logits, 0.0)
     if task in (Task.CLASSIFICATION, Task.TOKEN_CLASSIFICATION):
         classes = torch.where(mask, target.long(), -100).reshape(-1)
         items = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), classes, reduction="sum", ignore_index=-100)
     else:
-        values = torch.where(mask.reshape(*mask.shape, *([1] * (target.dim() - mask.dim()))), target.float(), 0.0)
+        values = torch.where(_trailing_ones(mask, target), target.float(), 0.0)
         if task is Task.MULTILABEL:
             per_item = F.binary_cross_entropy_with_logits(logits, values, reduction="none").mean(dim=-1)
         elif task is Task.REGRESSION:
@@ -73,6 +73,11 @@ def loss_sum(task: Task, logits: torch.Tensor, target: torch.Tensor, mask: torch
             per_item = F.mse_loss(logits, values, reduction="none")
         items = torch.where(mask, per_item, 0.0).sum()
     return LossSum(items, mask.sum())
+
+
+def _trailing_ones(mask: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """``mask`` with size-1 dimensions appended up to ``like``'s rank, so that it broadcasts over ``like``."""
+    return mask.reshape(*mask.shape, *([1] * (like.dim() - mask.dim())))
 
 
 def predictions(task: Task, logits: torch.Tensor) -> torch.Tensor:
