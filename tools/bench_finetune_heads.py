@@ -11,12 +11,12 @@ many (seed, mode) pairs it beat the other head on the same data.
 Synthetic labelled proteins, seeded (seed ``k`` draws data set ``k`` and runs ``--seed k``), 20 amino acids with
 lengths uniform in ``--min-length``..``--max-length``; none of the tasks is separable by one residue's count:
 
-* ``classification`` (heads ``hf``, ``mlp``): two composition thresholds combined, which no single count or
-  linear threshold separates: ``same`` if the net charge per residue is > 0 and the hydrophobic fraction > 0.35, or
-  neither; else ``differ``; 5% of the labels flipped. Each sequence has its own composition (Dirichlet-like
-  weights, Gamma(2) per amino acid); charge ``(K + R - D - E) / length``, hydrophobic ``AILMFVW``.
-* ``regression`` (``hf``, ``mlp``): compositions drawn as for classification; target
-  ``tanh(8 x net charge per residue) + 4 x (hydrophobic fraction - 0.35)`` plus Gaussian noise (sd 0.15).
+* ``regression`` (heads ``hf``, ``mlp``): each sequence has its own composition (Dirichlet-like weights, Gamma(2)
+  per amino acid); target the score ``tanh(8 x net charge per residue) + 4 x (hydrophobic fraction - 0.35)`` plus
+  Gaussian noise (sd 0.15); charge ``(K + R - D - E) / length``, hydrophobic ``AILMFVW``.
+* ``classification`` (``hf``, ``mlp``): compositions drawn as for regression; three classes ``low``, ``mid``,
+  ``high`` by the tertiles of the noiseless score (cut points from the training set's scores, applied to both
+  sets); 5% of the labels moved to another class at random.
 * ``token-classification`` (``hf``, ``conv``): a secondary-structure proxy. Sequences are runs of 3-10 residues, each
   run drawn (70%) from helix formers ``AELMQKRH``, strand formers ``VIYFWTC`` or breakers ``GPNDS``; a residue is
   ``H`` if at least 3 of the 5 residues centred on it are helix formers and they outnumber the strand formers,
@@ -36,6 +36,7 @@ Figures: docs/benchmarks.md#fine-tuning-heads.
 """
 
 import argparse
+import bisect
 import csv
 import json
 import math
@@ -46,6 +47,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +59,8 @@ HEADS = {"classification": ("hf", "mlp"), "regression": ("hf", "mlp"), "token-cl
 """The heads each benchmarked task can use (``bionemo.esm2.finetune.head_config.HEADS_FOR_TASK``)."""
 ENCODERS = ("frozen", "full", "lora")
 LABEL_NOISE = 0.05
+CLASSES = ("low", "mid", "high")
+"""The classification task's classes, lowest score first: one per quantile of the training set's scores."""
 HYDROPHOBIC = frozenset("AILMFVW")
 HELIX, STRAND, BREAKER = "AELMQKRH", "VIYFWTC", "GPNDS"
 WINDOW = 2  # residues on each side of the labelled one
@@ -75,19 +79,49 @@ def _composition_sequence(rng: random.Random, args: argparse.Namespace) -> tuple
     return sequence, charge / len(sequence), sum(a in HYDROPHOBIC for a in sequence) / len(sequence)
 
 
-def agreement_example(rng: random.Random, args: argparse.Namespace) -> tuple[str, str]:
-    """A sequence and its class: ``same`` if its charge and hydrophobicity are both high or both low, 5% flipped."""
-    sequence, charge, hydrophobic = _composition_sequence(rng, args)
-    same = (charge > 0) == (hydrophobic > 0.35)
-    if rng.random() < LABEL_NOISE:
-        same = not same
-    return sequence, "same" if same else "differ"
+def _score(charge: float, hydrophobic: float) -> float:
+    """The noiseless target of both sequence tasks: a smooth function of charge and hydrophobicity."""
+    return math.tanh(8 * charge) + 4 * (hydrophobic - 0.35)
 
 
-def composition_example(rng: random.Random, args: argparse.Namespace) -> tuple[str, str]:
-    """A sequence of its own composition and its target: a smooth function of charge and hydrophobicity + noise."""
-    sequence, charge, hydrophobic = _composition_sequence(rng, args)
-    return sequence, f"{math.tanh(8 * charge) + 4 * (hydrophobic - 0.35) + rng.gauss(0.0, 0.15):.6g}"
+def composition_examples(
+    rng: random.Random, train: int, val: int, args: argparse.Namespace
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``train`` and ``val`` (sequence, target) pairs: a sequence of its own composition, its score + noise."""
+    rows = []
+    for _ in range(train + val):
+        sequence, charge, hydrophobic = _composition_sequence(rng, args)
+        rows.append((sequence, f"{_score(charge, hydrophobic) + rng.gauss(0.0, 0.15):.6g}"))
+    return rows[:train], rows[train:]
+
+
+def score_class_examples(
+    rng: random.Random, train: int, val: int, args: argparse.Namespace
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """``train`` and ``val`` (sequence, class) pairs: the quantile of the sequence's noiseless score among the
+    training set's (:data:`CLASSES`, ``train >= 2``), 5% moved to another class."""
+    drawn = [_composition_sequence(rng, args) for _ in range(train + val)]
+    scores = [_score(charge, hydrophobic) for _, charge, hydrophobic in drawn]
+    cuts = statistics.quantiles(scores[:train], n=len(CLASSES))
+    rows = []
+    for (sequence, _, _), score in zip(drawn, scores, strict=True):
+        label = CLASSES[bisect.bisect_right(cuts, score)]
+        if rng.random() < LABEL_NOISE:
+            label = rng.choice([c for c in CLASSES if c != label])
+        rows.append((sequence, label))
+    return rows[:train], rows[train:]
+
+
+def _each(
+    example: Callable[[random.Random, argparse.Namespace], tuple[str, str]],
+) -> Callable[[random.Random, int, int, argparse.Namespace], tuple[list[tuple[str, str]], list[tuple[str, str]]]]:
+    """Train and val sets of examples drawn one at a time by ``example``."""
+
+    def draw(rng: random.Random, train: int, val: int, args: argparse.Namespace):
+        rows = [example(rng, args) for _ in range(train + val)]
+        return rows[:train], rows[train:]
+
+    return draw
 
 
 def structure_example(rng: random.Random, args: argparse.Namespace) -> tuple[str, str]:
@@ -110,29 +144,27 @@ def structure_example(rng: random.Random, args: argparse.Namespace) -> tuple[str
 
 
 EXAMPLES = {
-    "classification": agreement_example,
-    "regression": composition_example,
-    "token-classification": structure_example,
+    "classification": score_class_examples,
+    "regression": composition_examples,
+    "token-classification": _each(structure_example),
 }
+"""Per task: ``(rng, train, val, args)`` -> the training and the validation (sequence, label) pairs."""
 
 
-def write_csv(path: Path, task: str, count: int, rng: random.Random, args: argparse.Namespace) -> Path:
-    """``id,sequence,label``: ``count`` examples of ``task``."""
+def write_csv(path: Path, rows: list[tuple[str, str]]) -> Path:
+    """``id,sequence,label``: one line per (sequence, label) of ``rows``."""
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["id", "sequence", "label"])
-        for i in range(count):
-            writer.writerow([f"p{i}", *EXAMPLES[task](rng, args)])
+        for i, row in enumerate(rows):
+            writer.writerow([f"p{i}", *row])
     return path
 
 
 def write_data(root: Path, task: str, seed: int, args: argparse.Namespace) -> tuple[Path, Path]:
     """Data set ``seed`` of ``task``: the training and the validation CSV."""
-    rng = random.Random(f"{task}-{seed}")
-    return (
-        write_csv(root / f"{task}_{seed}_train.csv", task, args.sequences, rng, args),
-        write_csv(root / f"{task}_{seed}_val.csv", task, args.val_sequences, rng, args),
-    )
+    train, val = EXAMPLES[task](random.Random(f"{task}-{seed}"), args.sequences, args.val_sequences, args)
+    return write_csv(root / f"{task}_{seed}_train.csv", train), write_csv(root / f"{task}_{seed}_val.csv", val)
 
 
 def run_finetune(

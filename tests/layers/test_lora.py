@@ -12,11 +12,13 @@ from bionemo.layers import (
     LoRATarget,
     apply_lora,
     load_lora_state_dict,
+    lora_modules,
     lora_state_dict,
     merge_lora,
 )
 from support.distributed import run_distributed
 from support.lora_workers import ALPHA, RANK, lora_case, parallel_linear, tp_worker, whole_tensors
+from support.megatron_ddp import ddp_hook, give_main_grad
 
 CASES = [("column", False, False), ("column", True, False), ("column", False, True), ("row", False, False),
          ("row", True, False), ("row", False, True)]  # fmt: skip
@@ -65,6 +67,62 @@ def test_tp1_matches_peft_and_merges_exactly(kind, fused, skip_bias_add):
     expected = tensors["weight"] + ALPHA / RANK * tensors["B"] @ tensors["A"]
     torch.testing.assert_close(ours["merged_weight"], expected, rtol=0, atol=1e-6)
     torch.testing.assert_close(ours["merged_output"], ours["output"], rtol=0, atol=1e-5)
+
+
+def adapted_layer(kind: str, fused: bool) -> LoRALinear:
+    """An adapted layer holding :func:`whole_tensors`' weights and factors, its base frozen (TP1)."""
+    tensors = whole_tensors()
+    layer = LoRALinear(parallel_linear(kind, fused, False, tensors), LoRAConfig(rank=RANK, alpha=ALPHA))
+    layer.load_whole_factors(tensors["A"], tensors["B"])
+    layer.base.requires_grad_(False)
+    return layer
+
+
+@pytest.mark.parametrize(("kind", "fused"), [("column", True), ("row", False)])
+def test_factor_gradients_go_into_main_grad_as_megatrons_ddp_accumulates_them(kind, fused):
+    """Two micro-batches under megatron's DDP: the factors' ``main_grad`` holds both batches' peft gradients."""
+    layer = adapted_layer(kind, fused)
+    give_main_grad(layer.lora_A)
+    give_main_grad(layer.lora_B)
+    tensors = whole_tensors()
+    for _ in range(2):
+        output, _bias = layer(tensors["x"].clone().requires_grad_())
+        output.backward(tensors["grad"])
+        for factor in (layer.lora_A.weight, layer.lora_B.weight):
+            ddp_hook(factor)
+    reference = peft_reference(tensors)
+    for name in ("A", "B"):
+        factor = getattr(layer, f"lora_{name}").weight
+        assert factor.grad_added_to_main_grad, name
+        torch.testing.assert_close(factor.main_grad, 2 * reference[f"{name}_grad"], rtol=0, atol=1e-5, msg=name)
+
+
+def test_the_update_is_one_autograd_node_at_tp1_and_autograd_s_under_autocast():
+    """Without autocast the update is one node (gradients as peft's, checked above); under autocast, autograd's ops
+    (the fused node would see the autocast dtypes in its forward only) and the gradients still reach the factors."""
+    layer, tensors = adapted_layer("column", True), whole_tensors()
+    x = tensors["x"].clone().requires_grad_()
+    output, _bias = layer(x)
+    assert type(output.grad_fn).__name__ == "_LowRankUpdateBackward"
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        output, _bias = layer(x)
+    assert type(output.grad_fn).__name__ != "_LowRankUpdateBackward"
+    output.float().backward(tensors["grad"])
+    reference = peft_reference(tensors)
+    for name in ("A", "B"):
+        grad = getattr(layer, f"lora_{name}").weight.grad
+        torch.testing.assert_close(grad, reference[f"{name}_grad"], rtol=0.05, atol=0.05, msg=name)
+
+
+def test_an_input_without_gradient_gets_none_and_the_factors_still_train():
+    """The first layer's input (a frozen embedding's) needs no gradient: the node skips that GEMM."""
+    layer, tensors = adapted_layer("row", True), whole_tensors()
+    output, _bias = layer(tensors["x"])
+    output.backward(tensors["grad"])
+    reference = peft_reference(tensors)
+    for name in ("A", "B"):
+        grad = getattr(layer, f"lora_{name}").weight.grad
+        torch.testing.assert_close(grad, reference[f"{name}_grad"], rtol=0, atol=1e-5, msg=name)
 
 
 def test_initialization_is_peft_s_kaiming_uniform_a_and_zero_b():
@@ -206,6 +264,52 @@ def test_lora_state_dict_round_trip_and_merge_on_esm2():
     assert {k for k in sharded if "lora_" in k} == set(state)
     a_key = "decoder.layers.0.self_attention.linear_proj.lora_A.weight"
     assert sharded[a_key].data.shape == state[a_key].shape
+
+
+def gelu_left_in_the_mlp(model) -> None:
+    """Undo :func:`apply_lora`'s move of each MLP's GELU into its fc2 (the reference: autograd's ops throughout)."""
+    for name, module in lora_modules(model).items():
+        if module.activation is not None:
+            model.get_submodule(name.rpartition(".")[0]).activation_func = module.activation
+            module.activation = None
+
+
+def saved_bytes_and_gradients(model, tokens, valid):
+    """Bytes autograd keeps for the backward of one forward, and every trainable parameter's gradient."""
+    saved: dict[int, int] = {}
+
+    def keep(tensor):
+        saved[tensor.untyped_storage().data_ptr()] = tensor.untyped_storage().nbytes()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(keep, lambda tensor: tensor):
+        output = model(tokens, valid)
+    output.float().pow(2).mean().backward()
+    return sum(saved.values()), {n: p.grad for n, p in model.named_parameters() if p.requires_grad}
+
+
+def test_the_gelu_moved_into_fc2_trains_as_the_mlp_s_own_and_keeps_less_for_the_backward():
+    tokens, valid = esm2_inputs()
+    moved, reference = esm2_model(), esm2_model()
+    for model in (moved, reference):
+        apply_lora(model, LoRAConfig(rank=4, alpha=8))
+        gen = torch.Generator().manual_seed(3)
+        load_lora_state_dict(
+            model, {k: 0.1 * torch.randn(v.shape, generator=gen) for k, v in lora_state_dict(model).items()}
+        )
+    fc2 = moved.decoder.layers[0].mlp.linear_fc2
+    assert fc2.activation is torch.nn.functional.gelu
+    assert moved.decoder.layers[0].mlp.activation_func is not torch.nn.functional.gelu
+    gelu_left_in_the_mlp(reference)
+    moved_bytes, moved_grads = saved_bytes_and_gradients(moved, tokens, valid)
+    reference_bytes, reference_grads = saved_bytes_and_gradients(reference, tokens, valid)
+    assert moved_grads.keys() == reference_grads.keys()
+    for name, grad in moved_grads.items():
+        torch.testing.assert_close(grad, reference_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    # per layer the GELU's output [tokens, ffn] in fp32 is no longer kept
+    assert reference_bytes - moved_bytes >= LAYERS * tokens.numel() * FFN * 4
+    merge_lora(moved)
+    assert moved.decoder.layers[0].mlp.activation_func is torch.nn.functional.gelu
 
 
 # ---- errors -------------------------------------------------------------------------------------------------------

@@ -12,7 +12,7 @@ def test_lora_recomputes_the_first_share_of_the_layers():
     model = lora_recompute(BASE)
     assert model["recompute_granularity"] == "full"
     assert model["recompute_method"] == "block"
-    assert model["recompute_num_layers"] == round(33 * LORA_RECOMPUTE_SHARE) == 14
+    assert model["recompute_num_layers"] == round(33 * LORA_RECOMPUTE_SHARE) == 8
     assert lora_recompute({**BASE, "num_layers": 1})["recompute_num_layers"] == 1
 
 

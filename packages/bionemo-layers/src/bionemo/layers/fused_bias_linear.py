@@ -31,7 +31,14 @@ import torch.nn.functional as F
 from megatron.core import parallel_state
 from megatron.core.tensor_parallel import ColumnParallelLinear, RowParallelLinear
 
-__all__ = ["FusedBiasColumnParallelLinear", "FusedBiasRowParallelLinear", "LinearIntoMainGrad"]
+__all__ = [
+    "FusedBiasColumnParallelLinear",
+    "FusedBiasRowParallelLinear",
+    "LinearIntoMainGrad",
+    "accumulate_weight_gradient",
+    "computes_locally",
+    "into_main_grad",
+]
 
 WGRAD_SWITCH = "BIONEMO_WGRAD_INTO_MAIN_GRAD"
 
@@ -92,7 +99,7 @@ def _fp32_accumulating_gemm() -> bool:
         return False
 
 
-def _into_main_grad(weight: Any) -> bool:
+def into_main_grad(weight: Any) -> bool:
     """Whether ``weight``'s gradient can go straight into its fp32 ``main_grad`` now (training under megatron DDP)."""
     return (
         torch.is_grad_enabled()
@@ -107,7 +114,7 @@ def _into_main_grad(weight: Any) -> bool:
 
 def _linear(layer: Any, x: torch.Tensor) -> torch.Tensor:
     """``F.linear`` with the layer's weight and bias; weight gradients into ``main_grad`` where that applies."""
-    if layer.wgrad_into_main_grad and _into_main_grad(layer.weight):
+    if layer.wgrad_into_main_grad and into_main_grad(layer.weight):
         return LinearIntoMainGrad.apply(x, layer.weight, layer.bias)
     return F.linear(x, layer.weight, layer.bias)
 
@@ -155,3 +162,12 @@ class FusedBiasRowParallelLinear(RowParallelLinear):
         if not _local(self):
             return super().forward(input_)
         return _linear(self, input_), None
+
+
+def computes_locally(layer: torch.nn.Module) -> bool:
+    """Whether ``layer(x)`` is ``(F.linear(x, layer.weight, layer.bias), None)`` now: a fused-bias layer, local."""
+    return (
+        isinstance(layer, FusedBiasColumnParallelLinear | FusedBiasRowParallelLinear)
+        and layer.weight is not None
+        and _local(layer)
+    )

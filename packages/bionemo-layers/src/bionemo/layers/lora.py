@@ -17,13 +17,18 @@ ranks seeded alike draw the same mask pattern on their shards (megatron's own sp
 tracker instead). :func:`apply_lora` adapts a model in place; :func:`merge_lora` folds the updates
 into the base weights; :func:`lora_state_dict` / :func:`load_lora_state_dict` save and load the whole factors.
 
+Where an MLP's fc2 is adapted and its activation is an exact GELU, :func:`apply_lora` moves the GELU into the adapted
+fc2 (the MLP passes the pre-activation on): with a frozen base on one tensor-parallel rank the backward then keeps
+the pre-activation alone and recomputes the GELU, instead of keeping both ``[tokens, ffn]`` tensors, about a quarter
+of a LoRA step's activations. :func:`merge_lora` puts the GELU back.
+
 An adapted layer's ``state_dict`` and ``sharded_state_dict`` keep the base's keys (``weight``, ``bias``) where the
 unadapted layer had them, next to ``lora_A.weight`` / ``lora_B.weight``: base checkpoints load into an adapted
 model (``strict=False``: the adapters are then missing) and an adapted model's base weights save as before.
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
@@ -40,6 +45,7 @@ from megatron.core.tensor_parallel.layers import set_tensor_model_parallel_attri
 from megatron.core.transformer.utils import make_sharded_tensors_for_checkpoint
 
 from bionemo.layers._tensor_parallel import gather_along, gather_last_dim, group_size, shard_of
+from bionemo.layers.fused_bias_linear import accumulate_weight_gradient, computes_locally, into_main_grad
 
 __all__ = [
     "LoRAConfig",
@@ -129,14 +135,23 @@ class LoRALinear(torch.nn.Module):
     default generator and sliced, so ranks seeded alike (megatron's convention) hold the shards of one ``A``, the
     one tensor parallelism 1 draws from the same seed.
 
+    ``activation``, when given, is applied to the input first, for the base and the update alike (an MLP's GELU
+    moved into its fc2, see the module docstring).
+
     Raises:
         TypeError: ``base`` is neither a ``ColumnParallelLinear`` nor a ``RowParallelLinear``.
         ValueError: sequence parallelism, a row-parallel base that splits its input itself, or ``rank`` not a
             multiple of the tensor-parallel size for a column-parallel base.
     """
 
-    def __init__(self, base: torch.nn.Module, config: LoRAConfig) -> None:
+    def __init__(
+        self,
+        base: torch.nn.Module,
+        config: LoRAConfig,
+        activation: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    ) -> None:
         super().__init__()
+        self.activation = activation
         if isinstance(base, ColumnParallelLinear):
             self.parallel: Literal["column", "row"] = "column"
         elif isinstance(base, RowParallelLinear):
@@ -180,11 +195,23 @@ class LoRALinear(torch.nn.Module):
 
     def forward(self, input_: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
         """``base(input_, *args, **kwargs)`` with the low-rank update added to its output."""
+        a, b = self.lora_A.weight, self.lora_B.weight
+        if self.activation is not None:
+            if self._activates_in_one_node(input_):
+                weight, bias = self.base.weight, self.base.bias
+                into_main = (into_main_grad(a), into_main_grad(b))
+                return _GeluLowRank.apply(input_, weight, bias, a, b, self.scale, into_main), None
+            input_ = self.activation(input_)
         output, bias = self.base(input_, *args, **kwargs)
+        if self.tp_size == 1 and _one_node_applies(output, input_, a, b):
+            into_main = (into_main_grad(a), into_main_grad(b))  # before apply: its forward runs without grad mode
+            return _LowRankUpdate.apply(output, self.dropout(input_), a, b, self.scale, into_main), bias
         return torch.add(output, self._unscaled(input_, self._gathers_output(args, kwargs)), alpha=self.scale), bias
 
     def update(self, input_: torch.Tensor, gather_output: bool = False) -> torch.Tensor:
-        """``scale * dropout(input_) @ A.T @ B.T`` in the base output's layout; ``input_`` as the base gets it."""
+        """``scale * dropout(input_) @ A.T @ B.T`` in the base output's layout; ``input_`` as the layer gets it."""
+        if self.activation is not None:
+            input_ = self.activation(input_)
         return self._unscaled(input_, gather_output) * self.scale
 
     def _unscaled(self, input_: torch.Tensor, gather_output: bool) -> torch.Tensor:
@@ -203,6 +230,19 @@ class LoRALinear(torch.nn.Module):
         if self.parallel == "row" or gather_output:
             out = gather_last_dim(out, group)
         return out
+
+    def _activates_in_one_node(self, input_: torch.Tensor) -> bool:
+        """Whether :class:`_GeluLowRank` computes this call: GELU, a frozen base that runs locally, no dropout."""
+        base, weight = self.base, self.base.weight
+        return (
+            self.activation is F.gelu
+            and self.tp_size == 1
+            and isinstance(self.dropout, torch.nn.Identity)
+            and computes_locally(base)
+            and not any(param.requires_grad for param in base.parameters())
+            and weight is not None
+            and _one_node_applies(weight, input_, self.lora_A.weight, self.lora_B.weight)
+        )
 
     def _gathers_output(self, args: tuple[Any, ...], kwargs: Mapping[str, Any]) -> bool:
         """Whether a column-parallel base gathers this call's output (megatron's ``runtime_gather_output``)."""
@@ -254,6 +294,122 @@ class LoRALinear(torch.nn.Module):
         return entries
 
 
+def _one_node_applies(output: torch.Tensor, x: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Whether :class:`_LowRankUpdate` computes this update: one dtype throughout and no autocast to cast it."""
+    return not torch.is_autocast_enabled(x.device.type) and output.dtype == x.dtype == a.dtype == b.dtype
+
+
+class _LowRankUpdate(torch.autograd.Function):
+    """``output + scale * x @ A.T @ B.T`` as one autograd node, for one tensor-parallel rank.
+
+    Autograd's version of the same sum is four nodes whose scaled add costs a pass over the output in the forward
+    and another in the backward; here the add is the second GEMM's epilogue (``addmm``) and the backward is four
+    GEMMs on ``[tokens, rank]`` intermediates, which matters because a LoRA step is bound by the host's launches.
+    Under megatron's DDP (a factor with an fp32 ``main_grad``) the factors' gradients go straight into
+    ``main_grad``, as :class:`bionemo.layers.fused_bias_linear.LinearIntoMainGrad` does for weights. ``output``'s
+    gradient passes through unchanged.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        output: torch.Tensor,
+        x: torch.Tensor,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        scale: float,
+        into_main: tuple[bool, bool],
+    ) -> torch.Tensor:
+        """``output [..., out] + scale * x @ a.T @ b.T`` for ``x [..., in]``, ``a [r, in]``, ``b [out, r]``."""
+        hidden = x.reshape(-1, x.shape[-1]) @ a.t()
+        updated = torch.addmm(output.reshape(-1, output.shape[-1]), hidden, b.t(), alpha=scale)
+        ctx.save_for_backward(x, hidden, a, b)
+        ctx.scale = scale
+        ctx.into_main_grad = into_main
+        return updated.view(output.shape)
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        """Gradients of ``output`` (passed through), ``x``, ``a`` and ``b`` (``into_main``: into ``main_grad``)."""
+        (grad,) = grad_outputs
+        x, hidden, a, b = ctx.saved_tensors
+        rows = grad.reshape(-1, grad.shape[-1])
+        grad_hidden = (rows @ b).mul_(ctx.scale)  # [tokens, r]
+        grad_a = _factor_gradient(a, grad_hidden, x.reshape(-1, x.shape[-1]), ctx.into_main_grad[0])
+        grad_b = _factor_gradient(b, rows, hidden * ctx.scale, ctx.into_main_grad[1])
+        grad_x = (grad_hidden @ a).view(x.shape) if ctx.needs_input_grad[1] else None
+        return grad, grad_x, grad_a, grad_b, None, None
+
+
+class _GeluLowRank(torch.autograd.Function):
+    """A frozen base's ``F.linear(gelu(x), weight, bias) + scale * gelu(x) @ A.T @ B.T`` as one autograd node.
+
+    It keeps ``x`` (the pre-activation) and not ``gelu(x)``: the backward recomputes the GELU, one elementwise pass.
+    """
+
+    @staticmethod
+    def forward(
+        ctx: Any,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        a: torch.Tensor,
+        b: torch.Tensor,
+        scale: float,
+        into_main: tuple[bool, bool],
+    ) -> torch.Tensor:
+        """``[..., out]`` from ``x [..., in]``, ``weight [out, in]``, ``a [r, in]``, ``b [out, r]``."""
+        activated = F.gelu(x.reshape(-1, x.shape[-1]))
+        output = F.linear(activated, weight, bias)
+        hidden = activated @ a.t()
+        output.addmm_(hidden, b.t(), alpha=scale)
+        ctx.save_for_backward(x, hidden, weight, a, b)
+        ctx.scale, ctx.into_main_grad = scale, into_main
+        return output.view(*x.shape[:-1], output.shape[-1])
+
+    @staticmethod
+    def backward(ctx: Any, *grad_outputs: torch.Tensor) -> tuple[torch.Tensor | None, ...]:
+        """Gradients of ``x``, ``a`` and ``b`` (the base is frozen: none for ``weight`` and ``bias``)."""
+        (grad,) = grad_outputs
+        x, hidden, weight, a, b = ctx.saved_tensors
+        rows, x_rows = grad.reshape(-1, grad.shape[-1]), x.reshape(-1, x.shape[-1])
+        grad_hidden = (rows @ b).mul_(ctx.scale)  # [tokens, r]
+        grad_a = _factor_gradient(a, grad_hidden, F.gelu(x_rows), ctx.into_main_grad[0])
+        grad_b = _factor_gradient(b, rows, hidden * ctx.scale, ctx.into_main_grad[1])
+        grad_x = None
+        if ctx.needs_input_grad[0]:
+            grad_activated = (rows @ weight).addmm_(grad_hidden, a)
+            grad_x = torch.ops.aten.gelu_backward(grad_activated, x_rows).view(x.shape)
+        return grad_x, None, None, grad_a, grad_b, None, None
+
+
+def _applied_by_fc2(hidden: torch.Tensor) -> torch.Tensor:
+    """An MLP's activation once :func:`apply_lora` has moved its GELU into the adapted fc2: the identity."""
+    return hidden
+
+
+def _moves_gelu(parent: torch.nn.Module, child: str) -> bool:
+    """Whether ``parent.<child>`` is a megatron MLP's fc2 after a plain exact GELU (no GLU, no fused or TE GELU)."""
+    config = getattr(parent, "config", None)
+    return (
+        child == "linear_fc2"
+        and getattr(parent, "activation_func", None) is F.gelu
+        and config is not None
+        and not config.gated_linear_unit
+        and not config.bias_activation_fusion
+        and not getattr(config, "use_te_activation_func", False)
+    )
+
+
+def _factor_gradient(factor: Any, grad_rows: torch.Tensor, input_rows: torch.Tensor, into_main: bool) -> torch.Tensor:
+    """``grad_rows.T @ input_rows``, or, under megatron's DDP, that added into ``factor.main_grad`` (then a dummy)."""
+    if not into_main:
+        return grad_rows.t() @ input_rows
+    accumulate_weight_gradient(factor.main_grad, grad_rows, input_rows)
+    factor.grad_added_to_main_grad = True
+    return torch.empty_like(factor)  # megatron's dummy: DDP's hook skips it (grad_added_to_main_grad)
+
+
 def _base_keys_in_place(module: torch.nn.Module, state: dict[str, Any], prefix: str, _metadata: Any) -> None:
     """State-dict post-hook: ``<prefix>base.<key>`` becomes ``<prefix><key>``, the unadapted layer's key."""
     under_base = prefix + "base."
@@ -300,7 +456,11 @@ def apply_lora(model: torch.nn.Module, config: LoRAConfig) -> list[str]:
     for name in names:
         parent_name, _, child = name.rpartition(".")
         parent = model.get_submodule(parent_name)
-        setattr(parent, child, LoRALinear(getattr(parent, child), config))
+        if _moves_gelu(parent, child):
+            setattr(parent, "activation_func", _applied_by_fc2)  # noqa: B010 (a plain function, not a Module)
+            setattr(parent, child, LoRALinear(getattr(parent, child), config, activation=F.gelu))
+        else:
+            setattr(parent, child, LoRALinear(getattr(parent, child), config))
     return names
 
 
@@ -317,7 +477,10 @@ def merge_lora(model: torch.nn.Module) -> list[str]:
         with torch.no_grad():
             weight.copy_(module.merged_weight())
         parent_name, _, child = name.rpartition(".")
-        setattr(model.get_submodule(parent_name), child, module.base)
+        parent = model.get_submodule(parent_name)
+        setattr(parent, child, module.base)
+        if module.activation is not None:
+            setattr(parent, "activation_func", module.activation)  # noqa: B010 (a plain function, not a Module)
     return list(merged)
 
 

@@ -232,7 +232,7 @@ def token_budget(settings: RunSettings, *, gpu: bool, data: LabelledData) -> int
     return tokens
 
 
-LORA_RECOMPUTE_SHARE = 7 / 16
+LORA_RECOMPUTE_SHARE = 1 / 4
 """Share of the layers whose activations a LoRA run on GPUs recomputes in the backward pass instead of keeping."""
 
 
