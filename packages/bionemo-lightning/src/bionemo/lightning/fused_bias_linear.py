@@ -6,6 +6,8 @@ from bionemo.layers.fused_bias_linear import (
     FusedBiasRowParallelLinear,
     LinearIntoMainGrad,
     accumulate_weight_gradient,
+    computes_locally,
+    into_main_grad,
     wgrad_into_main_grad_enabled,
 )
 
@@ -15,5 +17,7 @@ __all__ = [
     "LinearIntoMainGrad",
     "WGRAD_SWITCH",
     "accumulate_weight_gradient",
+    "computes_locally",
+    "into_main_grad",
     "wgrad_into_main_grad_enabled",
 ]
