@@ -11,6 +11,11 @@ proteins (tools/bench_predict.py's log-normal lengths, median 270, 30-1022 resid
   on GPUs batches cut by tokens, 16,384 per step, unpadded; ``--ours-flags`` adds flags) as a subprocess:
   ``summary.json``'s ``train_tokens_per_second`` (steps after the first three, validation excluded) and
   ``peak_memory_gib``.
+* ``--predict``: each fine-tuned model of ours then runs ``bionemo run predict --checkpoint RUN/model.safetensors``
+  on the validation CSV (wall time and rows), and ``bionemo convert to-hf`` exports it (LoRA merged) to an
+  ``EsmForSequenceClassification`` folder, which transformers scores on the same sequences in float32 (SDPA):
+  the largest difference of the class probabilities, ours against transformers' (ours runs at the CLI's
+  precision: bf16 on GPUs).
 * ``--frozen``: ``--encoder frozen`` over its default 10 passes: its one-time encoding (``encode_seconds``) and head
   training against the same encoding repeated every pass (10 x ``encode_seconds`` + the same head training).
 
@@ -19,8 +24,9 @@ LoRA; LoRA's peak memory <= half of full fine-tuning's; frozen >= 5x faster than
 Without CUDA everything runs on the CPU in float32: a smoke run, not a measurement.
 
 Usage (GPU machine): python tools/bench_finetune.py [--shapes 650m,150m --sequences 2000 --steps 30 --batch 16
-    --modes full,lora --frozen --out DIR --skip-hf --ours-flags=...]
+    --modes full,lora --frozen --predict --out DIR --skip-hf --ours-flags=...]
 CPU smoke: uv run python tools/bench_finetune.py --shapes demo --sequences 24 --steps 2 --batch 8 --modes lora --frozen
+    --predict
 Figures: docs/benchmarks.md#fine-tuning.
 """
 
@@ -57,6 +63,14 @@ def write_csv(path: Path, sequences: list[str], seed: int) -> Path:
     return path
 
 
+def padded(encoded: list[torch.Tensor]) -> torch.Tensor:
+    """Token ids ``[len(encoded), longest]``, padded on the right with the tokenizer's pad id."""
+    ids = torch.full((len(encoded), max(len(e) for e in encoded)), TOKENIZER.pad_id, dtype=torch.long)
+    for row, e in enumerate(encoded):
+        ids[row, : len(e)] = e
+    return ids
+
+
 def bench_hf(folder: Path, sequences: list[str], mode: str, args: argparse.Namespace) -> dict[str, Any]:
     """transformers (+ peft for ``lora``) training steps: tokens/s and peak memory."""
     from transformers import EsmForSequenceClassification
@@ -89,11 +103,7 @@ def bench_hf(folder: Path, sequences: list[str], mode: str, args: argparse.Names
             if cuda:
                 torch.cuda.synchronize()
             started = time.perf_counter()
-        longest = max(len(encoded[i]) for i in batch)
-        ids = torch.full((len(batch), longest), TOKENIZER.pad_id, dtype=torch.long)
-        for row, i in enumerate(batch):
-            ids[row, : len(encoded[i])] = encoded[i]
-        ids = ids.to(device)
+        ids = padded([encoded[i] for i in batch]).to(device)
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
             out = model(input_ids=ids, attention_mask=ids != TOKENIZER.pad_id, labels=labels[batch].to(device))
         out.loss.backward()
@@ -126,6 +136,53 @@ def run_ours(folder: Path, train: Path, val: Path, out: Path, mode: str, args: a
         command += ["--lora-rank", "8", "--lora-alpha", "16"]
     summary, wall = finetune_subprocess(command, out, f"bionemo run finetune --encoder {mode}")
     return {**summary, "wall_seconds": wall}
+
+
+def predict_and_export(run: Path, val: Path, folder: Path) -> dict[str, Any]:
+    """``run``'s model predicts ``val`` and is exported to transformers: wall time, rows and the probabilities' gap.
+
+    Exits (``SystemExit``) when a command fails or the predictions are not one row per sequence in input order.
+    """
+    from safetensors import safe_open
+    from transformers import EsmForSequenceClassification
+
+    from bionemo.recipes.outputs import read_predictions
+
+    cli = [sys.executable, "-m", "bionemo.cli"]
+    started = time.perf_counter()
+    _checked(
+        [*cli, "run", "predict", "--checkpoint", str(run / "model.safetensors"), "--data", str(val),
+         "--output-dir", str(run / "predict")], "bionemo run predict",
+    )  # fmt: skip
+    wall = time.perf_counter() - started
+    _checked([*cli, "convert", "to-hf", str(run / "model.safetensors"), str(run / "hf")], "bionemo convert to-hf")
+    with val.open(newline="") as f:
+        rows = list(csv.DictReader(f))
+    ids, tensors = read_predictions(run / "predict" / "predictions.safetensors")
+    if ids != [row["id"] for row in rows]:
+        raise SystemExit(f"run predict: ids {ids[:3]}... are not the validation CSV's, in its order")
+    with safe_open(str(run / "predict" / "predictions.safetensors"), framework="pt") as f:
+        labels = json.loads((f.metadata() or {})["labels"])
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = EsmForSequenceClassification.from_pretrained(run / "hf", attn_implementation="sdpa").to(device).eval()
+    if [model.config.id2label[i] for i in range(len(labels))] != labels:
+        raise SystemExit(f"convert to-hf: id2label {model.config.id2label} is not the predictions' labels {labels}")
+    gap = 0.0
+    with torch.no_grad():
+        for start in range(0, len(rows), 16):
+            ids = padded([TOKENIZER.encode(row["sequence"]) for row in rows[start : start + 16]]).to(device)
+            logits = model(input_ids=ids, attention_mask=ids != TOKENIZER.pad_id).logits.float()
+            ours = tensors["probabilities"][start : start + 16].float().to(device)
+            gap = max(gap, (logits.softmax(-1) - ours).abs().max().item())
+    del model
+    return {"predict_wall_seconds": wall, "rows": len(ids), "max_probability_gap_vs_transformers": gap}
+
+
+def _checked(command: list[str], what: str) -> None:
+    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        print(shlex.join(command), result.stdout[-3000:], result.stderr[-3000:], sep="\n", file=sys.stderr)
+        raise SystemExit(f"{what} failed ({result.returncode})")
 
 
 def finetune_subprocess(command: list[str], out: Path, what: str) -> tuple[dict[str, Any], float]:
@@ -166,6 +223,15 @@ def bench_shape(key: str, args: argparse.Namespace, root: Path) -> dict[str, Any
             f"ratio {_ratio(ours_rate, hf_rate)}",
             flush=True,
         )
+        if args.predict:
+            checked = predict_and_export(root / f"run_{key}_{mode}", val, folder)
+            result["modes"][mode]["predict"] = checked
+            print(
+                f"{key} {mode} predict: {checked['rows']} rows in {checked['predict_wall_seconds']:.1f} s (whole "
+                f"command); probabilities vs the to-hf export in transformers: max gap "
+                f"{checked['max_probability_gap_vs_transformers']:.2e}",
+                flush=True,
+            )
     if {"full", "lora"} <= set(result["modes"]):
         full, lora = (result["modes"][m]["ours"].get("peak_memory_gib") for m in ("full", "lora"))
         print(f"{key}: LoRA / full peak memory (ours) {_ratio(lora, full)}", flush=True)
@@ -190,6 +256,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--modes", default="full,lora", help="Comma-separated: full, lora.")
     parser.add_argument("--frozen", action="store_true", help="Also time --encoder frozen over 10 passes.")
     parser.add_argument("--skip-hf", action="store_true")
+    parser.add_argument(
+        "--predict", action="store_true", help="Also predict with each fine-tuned model and check its to-hf export."
+    )
     parser.add_argument(
         "--ours-flags",
         type=shlex.split,

@@ -21,7 +21,7 @@ DOCS = ROOT / "docs" / "benchmarks.md"
 FIGURE_LINES = {
     "bench_cli_startup": r"bionemo --help +\d+\.\d+ +\d+\.\d+",
     "bench_collator": r"batch_collator +\d+\.\d+ +\d+\.\d+ +\d+\.\d+",
-    "bench_finetune": r"demo lora: ours [\d,]+ tokens/s.*ratio \d+\.\d+x",
+    "bench_finetune": r"demo lora: ours [\d,]+ tokens/s.*ratio \d+\.\d+x\n.*demo lora predict: \d+ rows .* max gap \d",
     "bench_finetune_heads": r"best head for token-classification: (hf|conv) \(mean val_accuracy \d\.\d+ vs",
     "bench_imports": r"bionemo\.losses +\d+\.\d+ +torch",
     "bench_input_errors": r"slowest case: \d+\.\d+ s \(within the 3 s target\)",
