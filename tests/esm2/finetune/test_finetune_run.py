@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 import torch
 from safetensors import safe_open
+from safetensors.torch import load_file
 
 from bionemo.esm2.finetune.spec import FINETUNE_KEY, FinetuneSpec
+from bionemo.esm2.hf.layout import CONTACT_HEAD
 from bionemo.recipes.outputs import read_predictions, split_residues
 from support.cli_runs import bionemo
 from support.finetune_data import read_csv, write_csv
@@ -72,6 +74,11 @@ def test_classification_full_learns_and_exports_its_best_validation(files):
     assert (spec.task, spec.labels.classes, spec.labels.columns) == ("classification", ("hyd", "pol"), ("kind",))
     assert meta["best"]["metric"] == "val_mcc"
     assert meta["steps"] == 40
+    # the base's contact head goes on unchanged, as transformers keeps it in a fine-tuned model
+    base = load_file(files["base"] / "model.safetensors")
+    weights = load_file(run / "model.safetensors")
+    for name in CONTACT_HEAD:
+        torch.testing.assert_close(weights[name], base[f"esm.{name}"], rtol=0, atol=0)
 
     test = _predict(files, run, files["test"], "cls_test")
     truth = read_csv(files["test"])

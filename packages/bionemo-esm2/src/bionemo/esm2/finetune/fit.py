@@ -62,7 +62,12 @@ def fit(
         head = module.unwrapped_module().state_dict()  # head.* names, as a fine-tuned file holds them
         tensors = {**encoder_tensors(start.tensors), **{k: v.detach().cpu() for k, v in head.items()}}
     else:
-        tensors = full_state_dict(module.unwrapped_module())  # gathers tensor-parallel shards: every rank takes part
+        from bionemo.esm2.hf.layout import CONTACT_HEAD
+
+        # gathers tensor-parallel shards: every rank takes part. The base's contact head, which no fine-tuning step
+        # uses, goes on unchanged, as transformers keeps it in a fine-tuned EsmForSequenceClassification
+        tensors = {name: start.tensors[name] for name in CONTACT_HEAD if name in start.tensors}
+        tensors.update(full_state_dict(module.unwrapped_module()))
     trainable, total = trainable_parameters(module)
     if trainer.global_rank != 0:
         return []
