@@ -138,7 +138,7 @@ def run_ours(folder: Path, train: Path, val: Path, out: Path, mode: str, args: a
     return {**summary, "wall_seconds": wall}
 
 
-def predict_and_export(run: Path, val: Path, folder: Path) -> dict[str, Any]:
+def predict_and_export(run: Path, val: Path) -> dict[str, Any]:
     """``run``'s model predicts ``val`` and is exported to transformers: wall time, rows and the probabilities' gap.
 
     Exits (``SystemExit``) when a command fails or the predictions are not one row per sequence in input order.
@@ -164,21 +164,25 @@ def predict_and_export(run: Path, val: Path, folder: Path) -> dict[str, Any]:
     with safe_open(str(run / "predict" / "predictions.safetensors"), framework="pt") as f:
         labels = json.loads((f.metadata() or {})["labels"])
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    model = EsmForSequenceClassification.from_pretrained(run / "hf", attn_implementation="sdpa").to(device).eval()
-    if [model.config.id2label[i] for i in range(len(labels))] != labels:
-        raise SystemExit(f"convert to-hf: id2label {model.config.id2label} is not the predictions' labels {labels}")
+    model: Any = EsmForSequenceClassification.from_pretrained(run / "hf", attn_implementation="sdpa")
+    model = model.to(device).eval()
+    id2label = model.config.id2label or {}
+    if [id2label.get(i) for i in range(len(labels))] != labels:
+        raise SystemExit(f"convert to-hf: id2label {id2label} is not the predictions' labels {labels}")
     gap = 0.0
     with torch.no_grad():
         for start in range(0, len(rows), 16):
-            ids = padded([TOKENIZER.encode(row["sequence"]) for row in rows[start : start + 16]]).to(device)
-            logits = model(input_ids=ids, attention_mask=ids != TOKENIZER.pad_id).logits.float()
+            tokens = padded([TOKENIZER.encode(row["sequence"]) for row in rows[start : start + 16]]).to(device)
+            logits = model(input_ids=tokens, attention_mask=tokens != TOKENIZER.pad_id).logits.float()
             ours = tensors["probabilities"][start : start + 16].float().to(device)
             gap = max(gap, (logits.softmax(-1) - ours).abs().max().item())
     del model
-    return {"predict_wall_seconds": wall, "rows": len(ids), "max_probability_gap_vs_transformers": gap}
+    return {"predict_wall_seconds": wall, "rows": len(rows), "max_probability_gap_vs_transformers": gap}
 
 
 def _checked(command: list[str], what: str) -> None:
+    """Run ``command``; exits (``SystemExit``, naming ``what``) with the command and its output's tail on stderr when
+    it fails."""
     result = subprocess.run(command, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         print(shlex.join(command), result.stdout[-3000:], result.stderr[-3000:], sep="\n", file=sys.stderr)
@@ -191,11 +195,8 @@ def finetune_subprocess(command: list[str], out: Path, what: str) -> tuple[dict[
     Exits (``SystemExit``, naming ``what``) with the command and its output's tail on stderr when it fails.
     """
     started = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, check=False)
+    _checked(command, what)
     wall = time.perf_counter() - started
-    if result.returncode != 0:
-        print(shlex.join(command), result.stdout[-3000:], result.stderr[-3000:], sep="\n", file=sys.stderr)
-        raise SystemExit(f"{what} failed ({result.returncode})")
     return json.loads((out / "summary.json").read_text()), wall
 
 
@@ -224,7 +225,7 @@ def bench_shape(key: str, args: argparse.Namespace, root: Path) -> dict[str, Any
             flush=True,
         )
         if args.predict:
-            checked = predict_and_export(root / f"run_{key}_{mode}", val, folder)
+            checked = predict_and_export(root / f"run_{key}_{mode}", val)
             result["modes"][mode]["predict"] = checked
             print(
                 f"{key} {mode} predict: {checked['rows']} rows in {checked['predict_wall_seconds']:.1f} s (whole "
