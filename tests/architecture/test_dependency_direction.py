@@ -104,6 +104,13 @@ def test_declared_dependencies_follow_the_direction(package):
     assert needed <= available, f"bionemo-{package} imports undeclared {sorted(needed - available)}"
 
 
+def test_every_package_has_its_place_in_the_order():
+    """A new ``packages/bionemo-*`` folder must be placed in ``ORDER``, or its imports would go unchecked."""
+    folders = {path.name.removeprefix("bionemo-") for path in (ROOT / "packages").glob("bionemo-*") if path.is_dir()}
+    assert folders == set(ORDER)
+    assert set(THIRD_PARTY) == set(ORDER)
+
+
 def test_namespace_package_has_no_init():
     for package in ORDER:
         src = ROOT / "packages" / f"bionemo-{package}" / "src" / "bionemo"

@@ -1,4 +1,4 @@
-"""Bad input is refused before torch, Lightning, NeMo or megatron-core are imported (project issue 11).
+"""Bad input is refused before torch, Lightning, NeMo or megatron-core are imported.
 
 Each case runs ``bionemo run ...`` in a fresh process through a wrapper that reports, at exit, which of those
 libraries were imported: none may be, the exit code is 2 and the message names the problem. The speed itself

@@ -161,7 +161,7 @@ def test_typed_model_settings_have_esm2configs_field_types():
 
 def test_recipes_leave_the_compiled_bias_dropout_add_off_while_dropout_is_zero():
     """With no hidden dropout and the bias inside the GEMM, megatron's compiled bias-dropout-add is one add plus
-    torch.compile's host cost per call (20 ms per step at the 650M shape on an H200; see bionemo.esm2.recipes)."""
+    torch.compile's host cost per call (docs/benchmarks.md#training-throughput-as-a-share-of-peak)."""
     from bionemo.esm2.model import ESM2Config
     from bionemo.recipes.registry import available_recipes, load_recipe
 

@@ -29,7 +29,7 @@ class ModelShape:
     """Attention heads per layer."""
     ffn_hidden_size: int
     """Width of the MLP (4 x hidden_size throughout the family)."""
-    seq_length: int = 1026
+    seq_length: int = ESM_DEFAULTS["seq_length"]
     """Most tokens per sequence, ``<cls>`` and ``<eos>`` included (1024 residues)."""
     devices: str = "1 GPU"
     """Suggested devices and tensor parallelism for training (prediction needs fewer)."""

@@ -8,7 +8,6 @@ row range of it without loading the rest.
 import json
 import math
 import os
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from typing import Any
 import torch
 from safetensors import safe_open
 
-from bionemo.core.atomic_files import give_default_permissions
+from bionemo.core.atomic_files import replaced_atomically
 from bionemo.core.safetensors_header import TORCH_DTYPE_NAMES
 
 __all__ = ["assemble_predictions", "read_predictions", "split_contacts", "split_residues"]
@@ -94,31 +93,24 @@ def assemble_predictions(
     for key, value in fixed.items():
         layout[key] = (value.dtype, tuple(value.shape))
     header, data_start, starts = _header(layout, {"ids": json.dumps(list(ids)), **metadata})
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.write(fd, header)
-        total = data_start + sum(_nbytes(dtype, shape) for dtype, shape in layout.values())
-        os.ftruncate(fd, total)  # zeros: the padding of ragged rows
-        for key, value in fixed.items():
-            os.pwrite(fd, _bytes(value), data_start + starts[key])
-        written = torch.zeros(n, dtype=torch.bool)
-        flat = [key for key in layout if is_residue_key(key) or is_pair_key(key)]
-        ragged = {key: offsets if is_residue_key(key) else pair_offsets for key in flat}
-        for shard in shards:
-            _write_shard(fd, shard, layout, data_start, starts, ragged, written, index_key)
+    with replaced_atomically(path) as tmp:
+        fd = os.open(tmp, os.O_WRONLY)
+        try:
+            os.write(fd, header)
+            total = data_start + sum(_nbytes(dtype, shape) for dtype, shape in layout.values())
+            os.ftruncate(fd, total)  # zeros: the padding of ragged rows
+            for key, value in fixed.items():
+                os.pwrite(fd, _bytes(value), data_start + starts[key])
+            written = torch.zeros(n, dtype=torch.bool)
+            flat = [key for key in layout if is_residue_key(key) or is_pair_key(key)]
+            ragged = {key: offsets if is_residue_key(key) else pair_offsets for key in flat}
+            for shard in shards:
+                _write_shard(fd, shard, layout, data_start, starts, ragged, written, index_key)
+        finally:
+            os.close(fd)
         if not bool(written.all()):
             missing = torch.nonzero(~written).flatten()[:5].tolist()
             raise ValueError(f"{int((~written).sum())} of {n} inputs are in no prediction shard (e.g. rows {missing})")
-        os.close(fd)
-        fd = -1
-        give_default_permissions(tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        if fd >= 0:
-            os.close(fd)
-        Path(tmp).unlink(missing_ok=True)
-        raise
     return path
 
 

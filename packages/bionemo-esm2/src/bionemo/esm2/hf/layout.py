@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from bionemo.esm2.catalog import ESM_DEFAULTS
 from bionemo.esm2.tokenizer import ESM_TOKENS
 
 __all__ = [
@@ -241,11 +242,12 @@ def hf_config(model: Mapping[str, Any]) -> dict[str, Any]:
         CheckpointError: A ``rotary_base`` Hugging Face cannot hold (:func:`hf_rotary_base`).
     """
     hf_rotary_base(model)
+    model = {**ESM_DEFAULTS, **model}  # older bionemo files omit some of ESM-2's settings
     return {
         "architectures": ["EsmForMaskedLM"],
         "model_type": "esm",
-        "attention_probs_dropout_prob": float(model.get("attention_dropout", 0.0)),
-        "hidden_dropout_prob": float(model.get("hidden_dropout", 0.0)),
+        "attention_probs_dropout_prob": float(model["attention_dropout"]),
+        "hidden_dropout_prob": float(model["hidden_dropout"]),
         "emb_layer_norm_before": False,
         "esmfold_config": None,
         "hidden_act": "gelu",
@@ -253,15 +255,15 @@ def hf_config(model: Mapping[str, Any]) -> dict[str, Any]:
         "initializer_range": 0.02,
         "intermediate_size": int(model["ffn_hidden_size"]),
         "is_folding_model": False,
-        "layer_norm_eps": float(model.get("layernorm_epsilon", 1e-5)),
+        "layer_norm_eps": float(model["layernorm_epsilon"]),
         "mask_token_id": MASK_TOKEN_ID,
-        "max_position_embeddings": int(model.get("seq_length", 1026)),
+        "max_position_embeddings": int(model["seq_length"]),
         "num_attention_heads": int(model["num_attention_heads"]),
         "num_hidden_layers": int(model["num_layers"]),
         "pad_token_id": PAD_TOKEN_ID,
         "position_embedding_type": "rotary",
         "tie_word_embeddings": True,
-        "token_dropout": bool(model.get("token_dropout", True)),
+        "token_dropout": bool(model["token_dropout"]),
         "torch_dtype": "float32",
         "dtype": "float32",
         "use_cache": True,

@@ -38,7 +38,7 @@ from megatron.core.transformer.transformer_config import TransformerConfig  # no
 
 from bionemo.core import BionemoTrainableModelConfig  # noqa: E402
 from bionemo.esm2.catalog import ESM_DEFAULTS  # noqa: E402
-from bionemo.esm2.hf.layout import padded_vocab_size  # noqa: E402
+from bionemo.esm2.hf.layout import MASK_TOKEN_ID, padded_vocab_size  # noqa: E402
 from bionemo.layers import (  # noqa: E402
     UnpaddedSequences,
     chunk_length,
@@ -90,7 +90,7 @@ class ESM2Config(TransformerConfig, BionemoTrainableModelConfig["ESM2Model", Mas
     attention_dropout: float = ESM_DEFAULTS["attention_dropout"]
     token_dropout: bool = ESM_DEFAULTS["token_dropout"]
     """ESM-2's token dropout: zero ``<mask>`` embeddings and rescale by the observed mask ratio."""
-    mask_token_id: int = 32
+    mask_token_id: int = MASK_TOKEN_ID
     """Id of ``<mask>`` (token dropout looks for it)."""
     rotary_base: float = 10000.0
     """Base of the rotary embeddings' frequencies."""
