@@ -8,7 +8,7 @@ import torch
 
 from bionemo.lightning import MegatronCompatCallback
 from bionemo.lightning._nemo import MegatronStrategy
-from bionemo.lightning.workarounds import DISTRIBUTED_OPTIMIZER_STEP, FAST_METRIC_TO, MULTI_TENSOR_FOREACH, Patches
+from bionemo.lightning.workarounds import DISTRIBUTED_OPTIMIZER_STEP, MULTI_TENSOR_FOREACH, Patches
 from bionemo.lightning.workarounds.modelopt_stand_ins import MODULE, modelopt_stand_ins
 
 
@@ -184,32 +184,3 @@ def test_multi_tensor_fallbacks_are_replaced_by_foreach_kernels_with_the_same_va
         clip_grads.multi_tensor_scale_impl,
         megatron_optimizer.multi_tensor_scale_impl,
     ) == saved
-
-
-def test_logged_metrics_are_the_same_with_the_fast_device_check():
-    """Lightning's per-log metric move is skipped only when the metric already is on that device."""
-    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection, _ResultMetric
-
-    def log_steps() -> list[dict]:
-        results, seen = _ResultCollection(training=True), []
-        for step in range(4):
-            for name, value in (("loss", 2.0 / (step + 1)), ("lr", 1e-3 * step)):
-                results.log("training_step", name, torch.tensor(value), prog_bar=True, on_step=True, on_epoch=True,
-                            batch_size=1)  # fmt: skip
-            seen.append(results.metrics(on_step=True)["callback"])
-        seen.append(results.metrics(on_step=False)["callback"])  # epoch means
-        return seen
-
-    original = _ResultMetric.to
-    expected = log_steps()
-    with Patches() as patches:
-        assert FAST_METRIC_TO.apply(patches)
-        assert FAST_METRIC_TO.apply(patches)
-        assert len(patches) == 1  # idempotent
-        assert log_steps() == expected
-        metric = _ResultCollection(training=True)
-        metric.log("training_step", "x", torch.tensor(1.0), batch_size=1)
-        moved = metric["training_step.x"].to("meta")  # another device: moved as before
-        assert moved.value.device.type == "meta"
-        assert moved.cumulated_batch_size.device.type == "meta"
-    assert _ResultMetric.to is original

@@ -12,14 +12,7 @@ from torch.utils.data import DataLoader
 
 from bionemo.callbacks import merge_predictions
 from bionemo.lightning import MegatronCompatCallback, MegatronDataModule, megatron_compat
-from bionemo.lightning.workarounds import (
-    WORKAROUNDS,
-    Patches,
-    UnverifiedUpstreamWarning,
-    Workaround,
-    cached_signatures,
-    workaround,
-)
+from bionemo.lightning.workarounds import WORKAROUNDS, Patches, UnverifiedUpstreamWarning, Workaround, workaround
 from bionemo.lightning.workarounds.multi_tensor_foreach import foreach_l2_norm, foreach_scale
 from support.tiny_gpt import BigramDataset, make_module
 from support.trainers import cpu_trainer
@@ -29,12 +22,10 @@ def _patched_places() -> dict[str, object]:
     """Every megatron-core / NeMo / Lightning attribute a work-around may replace, and the stand-in modules."""
     from lightning.pytorch.loops import prediction_loop
     from lightning.pytorch.loops.prediction_loop import _PredictionLoop
-    from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultCollection, _ResultMetric
     from megatron.core import utils
     from megatron.core.optimizer import clip_grads
     from megatron.core.optimizer import optimizer as megatron_optimizer
     from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
-    from nemo.lightning.megatron_parallel import CallbackConnector, MegatronParallel
     from nemo.lightning.pytorch.plugins.data_sampler import MegatronDataSampler
 
     from bionemo.lightning._nemo import MegatronStep, MegatronStrategy
@@ -50,14 +41,10 @@ def _patched_places() -> dict[str, object]:
     }
     for cls in (
         DistributedOptimizer,
-        _ResultMetric,
-        _ResultCollection,
         _PredictionLoop,
         MegatronStep,
         MegatronDataSampler,
         MegatronStrategy,
-        CallbackConnector,
-        MegatronParallel,
         pl.Trainer,
     ):
         places.update({f"{cls.__name__}.{name}": value for name, value in vars(cls).items()})
@@ -87,18 +74,14 @@ class _Probe(pl.Callback):
         self.seen: dict[str, dict[str, bool]] = {}
 
     def _look(self, trainer: pl.Trainer, stage: str) -> None:
-        from lightning.pytorch.trainer.connectors.logger_connector.result import _ResultMetric
         from megatron.core.optimizer import clip_grads
         from megatron.core.optimizer.distrib_optimizer import DistributedOptimizer
-        from nemo.lightning.megatron_parallel import CallbackConnector
 
         self.seen[stage] = {
             "multi_tensor_foreach": clip_grads.l2_norm_impl is foreach_l2_norm,
-            "fast_metric_to": getattr(_ResultMetric.to, "_bionemo_fast", False),
             "distributed_optimizer_step": getattr(
                 DistributedOptimizer._set_main_param_and_optimizer_states, "_bionemo_keeps_step", False
             ),
-            "cached_signatures": CallbackConnector.event is cached_signatures.event,
             "return_predictions": trainer.predict_loop.return_predictions,
         }
 
@@ -117,7 +100,7 @@ def test_a_plain_lightning_fit_leaves_no_upstream_attribute_patched():
     compat = [cb for cb in trainer.callbacks if isinstance(cb, MegatronCompatCallback)]
     assert len(compat) == 1  # added by the module
     assert compat[0].applied == frozenset()
-    assert not any(probe.seen["fit"][name] for name in ("multi_tensor_foreach", "fast_metric_to", "cached_signatures"))
+    assert not probe.seen["fit"]["multi_tensor_foreach"]
 
 
 def test_under_megatron_the_work_arounds_apply_per_stage_and_are_removed_at_teardown(monkeypatch):
@@ -130,17 +113,13 @@ def test_under_megatron_the_work_arounds_apply_per_stage_and_are_removed_at_tear
     assert compat.applied == frozenset()
     assert probe.seen["fit"] == {
         "multi_tensor_foreach": True,
-        "fast_metric_to": True,
         "distributed_optimizer_step": True,
-        "cached_signatures": True,
         "return_predictions": False,
     }
     # prediction needs no optimizer patches; the loop takes its returning path (keeping nothing): any_on_epoch bug
     assert probe.seen["predict"] == {
         "multi_tensor_foreach": False,
-        "fast_metric_to": True,
         "distributed_optimizer_step": False,
-        "cached_signatures": True,
         "return_predictions": True,
     }
     assert trainer.predict_loop.return_predictions is False
@@ -150,10 +129,9 @@ def test_under_megatron_the_work_arounds_apply_per_stage_and_are_removed_at_tear
 def test_skipped_work_arounds_are_not_applied(monkeypatch):
     monkeypatch.setattr(megatron_compat, "_is_megatron", lambda trainer: True)
     probe = _Probe()
-    _fit_and_predict([probe, MegatronCompatCallback(skip=["multi_tensor_foreach", "fast_metric_to"])])
+    _fit_and_predict([probe, MegatronCompatCallback(skip=["multi_tensor_foreach"])])
     assert probe.seen["fit"]["multi_tensor_foreach"] is False
-    assert probe.seen["fit"]["fast_metric_to"] is False
-    assert probe.seen["fit"]["distributed_optimizer_step"] is True
+    assert probe.seen["fit"]["distributed_optimizer_step"] is True  # not skipped
 
 
 def test_an_exception_during_fit_removes_them_too(monkeypatch):
@@ -332,7 +310,7 @@ def test_the_callback_applies_nothing_on_unverified_versions(monkeypatch):
     # each once; the step hook is NeMo's, which Lightning's strategy never calls
     expected = sorted(w.name for w in WORKAROUNDS if w.name != "step_without_distillation_shapes")
     assert sorted(s.split("'")[1] for s in said) == expected
-    assert not any(probe.seen["fit"][name] for name in ("multi_tensor_foreach", "fast_metric_to", "cached_signatures"))
+    assert not probe.seen["fit"]["multi_tensor_foreach"]
     assert _patched_places() == before
 
 
@@ -347,9 +325,9 @@ def test_skip_names_are_checked(monkeypatch):
     with pytest.raises(ValueError, match=r"unknown work-arounds \['fix 9'\]; valid names: \["):
         MegatronCompatCallback(skip=["fix 9"])
     with pytest.raises(TypeError, match="not the string"):
-        MegatronCompatCallback(skip="fast_metric_to")
-    monkeypatch.setenv(megatron_compat.SKIP_ENV, "fast_metric_to, multi_tensor_foreach")
-    assert MegatronCompatCallback().skip == {"fast_metric_to", "multi_tensor_foreach"}
+        MegatronCompatCallback(skip="multi_tensor_foreach")
+    monkeypatch.setenv(megatron_compat.SKIP_ENV, "multi_tensor_foreach, fused_adam")
+    assert MegatronCompatCallback().skip == {"multi_tensor_foreach", "fused_adam"}
     monkeypatch.setenv(megatron_compat.SKIP_ENV, "nope")
     with pytest.raises(ValueError, match=r"\$BIONEMO_SKIP_WORKAROUNDS names unknown"):
         MegatronCompatCallback()
@@ -359,7 +337,6 @@ def test_backward_compatible_names_stay_importable():
     """Scripts, benchmarks and ``data.py`` import these from ``megatron_compat``."""
     for name in (
         "install_distributed_optimizer_step_fix",
-        "install_fast_metric_to",
         "install_modelopt_stand_ins",
         "install_multi_tensor_fix",
         "scale_limits_to_steps",

@@ -18,14 +18,12 @@ name                                 stages    what it works around
 ``modelopt_stand_ins``               all       NeMo's checkpoint save / load import ``nemo.collections.llm``
 ``distributed_optimizer_step``       fit       megatron's distributed optimizer cannot resume torch Adam state
 ``multi_tensor_foreach``             fit       speed-up: megatron's grad norm fallback waits on the GPU per tensor
-``fast_metric_to``                   all       speed-up: each ``self.log`` walks the stored metric
-``cached_signatures``                all       speed-up: NeMo and ``LightningModule.log`` inspect signatures per call
 ``fused_adam``                       fit       speed-up: megatron's torch Adam fallback runs multi-tensor kernels
 ==================================== ========= ==================================================================
 
 Switches: every work-around, the speed-ups included, is on by default and can be left out by name,
-``MegatronCompatCallback(skip=["fast_metric_to"])`` given to the ``Trainer`` (the module then adds no second
-one), or with the environment variable ``BIONEMO_SKIP_WORKAROUNDS=fast_metric_to,multi_tensor_foreach`` for the
+``MegatronCompatCallback(skip=["multi_tensor_foreach"])`` given to the ``Trainer`` (the module then adds no second
+one), or with the environment variable ``BIONEMO_SKIP_WORKAROUNDS=multi_tensor_foreach,fused_adam`` for the
 callback the module adds. Leaving out a fix brings back the upstream failure it describes.
 
 The ``install_*`` functions are the earlier process-wide entry points: they apply a work-around for the rest of
@@ -43,7 +41,6 @@ from bionemo.lightning.batch_limits import scale_limits_to_steps
 from bionemo.lightning.step_runner import is_megatron_strategy
 from bionemo.lightning.workarounds import (
     DISTRIBUTED_OPTIMIZER_STEP,
-    FAST_METRIC_TO,
     FUSED_ADAM,
     LIMIT_BATCHES_TO_STEPS,
     MODELOPT_STAND_INS,
@@ -72,7 +69,6 @@ __all__ = [
     "foreach_l2_norm",
     "foreach_scale",
     "install_distributed_optimizer_step_fix",
-    "install_fast_metric_to",
     "install_modelopt_stand_ins",
     "install_multi_tensor_fix",
     "scale_limits_to_steps",
@@ -224,12 +220,3 @@ def install_multi_tensor_fix() -> bool:
         ``True`` when something was replaced now, ``False`` when nothing (left) to replace.
     """
     return _install_for_the_process(MULTI_TENSOR_FOREACH)
-
-
-def install_fast_metric_to() -> bool:
-    """Apply :mod:`~bionemo.lightning.workarounds.fast_metric_to` for the rest of the process.
-
-    Returns:
-        ``True`` when installed now, ``False`` when it already was.
-    """
-    return _install_for_the_process(FAST_METRIC_TO)

@@ -11,16 +11,14 @@ from bionemo.lightning import _megatron_ready  # noqa: F401  # isort: skip
 
 from nemo.lightning import io
 from nemo.lightning.data import WrappedDataLoader
-from nemo.lightning.megatron_parallel import CallbackConnector, MegatronParallel, MegatronStep
+from nemo.lightning.megatron_parallel import MegatronStep
 from nemo.lightning.pytorch.optim import MegatronOptimizerModule
 from nemo.lightning.pytorch.plugins import MegatronDataSampler
 from nemo.lightning.pytorch.strategies import MegatronStrategy
 
 __all__ = [
-    "CallbackConnector",
     "MegatronDataSampler",
     "MegatronOptimizerModule",
-    "MegatronParallel",
     "MegatronStep",
     "MegatronStrategy",
     "WrappedDataLoader",

@@ -6,9 +6,7 @@ the upstream code it depends on, the stages that need it, and how it is installe
 teardown. :data:`WORKAROUNDS` lists them in the order they are applied.
 """
 
-from bionemo.lightning.workarounds.cached_signatures import CACHED_SIGNATURES
 from bionemo.lightning.workarounds.distributed_optimizer_step import DISTRIBUTED_OPTIMIZER_STEP
-from bionemo.lightning.workarounds.fast_metric_to import FAST_METRIC_TO
 from bionemo.lightning.workarounds.fused_adam import FUSED_ADAM
 from bionemo.lightning.workarounds.limit_batches_to_steps import LIMIT_BATCHES_TO_STEPS
 from bionemo.lightning.workarounds.modelopt_stand_ins import MODELOPT_STAND_INS
@@ -26,15 +24,11 @@ WORKAROUNDS: tuple[Workaround, ...] = (
     MODELOPT_STAND_INS,
     DISTRIBUTED_OPTIMIZER_STEP,
     MULTI_TENSOR_FOREACH,
-    FAST_METRIC_TO,
-    CACHED_SIGNATURES,
     FUSED_ADAM,
 )
 
 __all__ = [
-    "CACHED_SIGNATURES",
     "DISTRIBUTED_OPTIMIZER_STEP",
-    "FAST_METRIC_TO",
     "FUSED_ADAM",
     "LIMIT_BATCHES_TO_STEPS",
     "MODELOPT_STAND_INS",
