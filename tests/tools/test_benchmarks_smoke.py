@@ -83,3 +83,15 @@ def test_tool_runs_tiny_and_prints_its_figure(name: str, tmp_path: Path) -> None
     output = result.stdout + result.stderr
     assert result.returncode == 0, f"tools/{name}.py exited {result.returncode}:\n{output[-4000:]}"
     assert re.search(FIGURE_LINES[name], result.stdout), f"tools/{name}.py printed no figure line:\n{output[-4000:]}"
+
+
+@pytest.mark.parametrize("name", sorted(GPU_ONLY))
+def test_gpu_only_tools_import_and_parse_their_options_on_the_cpu(name: str, tmp_path: Path) -> None:
+    """CI has no GPU: it still imports each CUDA-only script and parses its smoke line's options (``--help``)."""
+    result = subprocess.run(
+        [sys.executable, str(TOOLS / f"{name}.py"), "--help"], cwd=tmp_path, capture_output=True, text=True, timeout=60
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    options = {word.split("=", 1)[0] for word in _smoke_args(name) if word.startswith("--")}
+    assert options, name
+    assert all(option in result.stdout for option in options), (options, result.stdout)
