@@ -84,7 +84,9 @@ def main() -> None:
             torch.cuda.synchronize()
         start = time.perf_counter()
         with torch.no_grad():
-            embed(model, batch)["embeddings"].cpu()
+            out = embed(model, batch)
+        assert isinstance(out, dict)  # one pipeline stage: the outputs, not a stage's hidden states
+        out["embeddings"].cpu()  # waits for the device
         embedding_seconds = min(embedding_seconds, time.perf_counter() - start)
         for budget in args.budget:
             if args.device.startswith("cuda"):
