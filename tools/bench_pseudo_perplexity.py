@@ -17,9 +17,22 @@ Figures: docs/benchmarks.md#pseudo-perplexity-token-budget.
 import argparse
 import random
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
+
+
+def _timed(call: Callable[[], Any], device: str) -> tuple[Any, float]:
+    """``call()``'s result (tensors moved to the host) and its wall seconds, the device's queue drained first."""
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    with torch.no_grad():
+        result = call()
+    result = {k: v.cpu() for k, v in result.items()} if isinstance(result, dict) else result.cpu()  # device waits
+    return result, time.perf_counter() - start
 
 
 def main() -> None:
@@ -80,25 +93,17 @@ def main() -> None:
     with torch.no_grad():
         embed(model, batch)  # untimed warm-up (the first forward allocates)
     for _ in range(args.rounds):
-        if args.device.startswith("cuda"):
-            torch.cuda.synchronize()
-        start = time.perf_counter()
-        with torch.no_grad():
-            out = embed(model, batch)
+        out, seconds = _timed(lambda: embed(model, batch), args.device)
         assert isinstance(out, dict)  # one pipeline stage: the outputs, not a stage's hidden states
-        out["embeddings"].cpu()  # waits for the device
-        embedding_seconds = min(embedding_seconds, time.perf_counter() - start)
+        embedding_seconds = min(embedding_seconds, seconds)
         for budget in args.budget:
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            start = time.perf_counter()
-            with torch.no_grad():
-                sums[budget] = _pseudo_loss_sums(
+            sums[budget], seconds = _timed(
+                lambda budget=budget: _pseudo_loss_sums(
                     model, batch, tokenizer.mask_id, unpadded=args.unpadded, tokens_per_forward=budget or None
-                ).cpu()
-            if args.device.startswith("cuda"):
-                torch.cuda.synchronize()
-            best[budget] = min(best[budget], time.perf_counter() - start)
+                ),
+                args.device,
+            )
+            best[budget] = min(best[budget], seconds)
     print(f"{args.sequences} sequences of ~{args.length} residues: {copies} masked copies, {args.device} {args.dtype}")
     for budget, seconds in best.items():
         label = f"{budget:>7,} tokens" if budget else "  batch's size"
