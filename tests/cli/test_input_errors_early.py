@@ -174,7 +174,8 @@ def test_a_nan_checkpoint_is_still_refused_once_its_tensors_are_read(tmp_path):
 CHEAP_MODULES = (
     "bionemo.core",
     "bionemo.core.megatron_env",
-    "bionemo.core.skip_torchmetrics_transformers",
+    "bionemo.core.skip_torchmetrics_imports",
+    "bionemo.core.skip_megatron_timer_writers",
     "bionemo.core.cuda_devices",
     "bionemo.core.safetensors_header",
     "bionemo.esm2",

@@ -82,11 +82,14 @@ app.add_typer(convert_app, name="convert")
 def main() -> None:
     """Entry point of the ``bionemo`` console script (exits without the interpreter's teardown, see ``_fast_exit``).
 
-    Before any command runs it keeps torchmetrics from importing transformers, for this process only
-    (:mod:`bionemo.core.skip_torchmetrics_transformers`: no command uses torchmetrics' transformers metrics).
+    Before any command runs it keeps, for this process only, torchmetrics from importing transformers, scipy.signal,
+    matplotlib and regex (:mod:`bionemo.core.skip_torchmetrics_imports`) and megatron's timers from importing wandb
+    and TensorBoard (:mod:`bionemo.core.skip_megatron_timer_writers`): no command uses them.
     """
     from bionemo.cli._fast_exit import run_then_exit_fast
-    from bionemo.core.skip_torchmetrics_transformers import skip_torchmetrics_transformers
+    from bionemo.core.skip_megatron_timer_writers import skip_megatron_timer_writers
+    from bionemo.core.skip_torchmetrics_imports import skip_torchmetrics_imports
 
-    skip_torchmetrics_transformers()
+    skip_torchmetrics_imports()
+    skip_megatron_timer_writers()
     run_then_exit_fast(app)

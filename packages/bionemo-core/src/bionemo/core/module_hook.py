@@ -1,8 +1,8 @@
 """A one-shot import hook: the first import of one module runs its code through a wrapper, then the hook is gone.
 
 The import-time work-arounds of this package (:mod:`bionemo.core.skip_unified_memory_build`,
-:mod:`bionemo.core.skip_torchmetrics_transformers`) change what one upstream module does while it is first executed,
-without patching it on disk and without importing it early.
+:mod:`bionemo.core.skip_torchmetrics_imports`, :mod:`bionemo.core.skip_megatron_timer_writers`) change what one
+upstream module does while it is first executed, without patching it on disk and without importing it early.
 """
 
 import importlib.abc

@@ -1,4 +1,7 @@
-"""torchmetrics imports no transformers in the ``bionemo`` command (bionemo.core.skip_torchmetrics_transformers)."""
+"""torchmetrics imports no transformers, scipy.signal, matplotlib or regex in the ``bionemo`` command.
+
+(bionemo.core.skip_torchmetrics_imports)
+"""
 
 import importlib.metadata
 import json
@@ -13,15 +16,18 @@ import pytest
 import torch
 
 import bionemo.core.module_hook as module_hook
-import bionemo.core.skip_torchmetrics_transformers as skip
+import bionemo.core.skip_torchmetrics_imports as skip
 from bionemo.core.module_hook import module_hooked
-from bionemo.core.skip_torchmetrics_transformers import (
+from bionemo.core.skip_torchmetrics_imports import (
+    FLAGS,
     MODULE,
+    PACKAGE,
+    SKIPPED_MODULES,
     SWITCH,
     UPSTREAM_SHA256,
     VERIFIED_TORCHMETRICS,
     UnverifiedTorchmetricsWarning,
-    skip_torchmetrics_transformers,
+    skip_torchmetrics_imports,
     upstream_sha256,
 )
 
@@ -31,23 +37,25 @@ LABELS = [0, 1, 0, 1, 1, 0, 0, 1]  # binary target
 
 # A clean process running the real `bionemo` entry point with a command added to its app: the command reports
 # whether the work-around was armed before it ran, imports Lightning, computes three of the torchmetrics metrics
-# bionemo's fine-tuning logs, and reports what torchmetrics made of transformers.
+# bionemo's fine-tuning logs, and reports what torchmetrics made of the packages it skips.
 CHILD = textwrap.dedent(
     f"""
     import json, sys
     import typer
     from bionemo.cli import app as cli
     from bionemo.core.module_hook import module_hooked
-    from bionemo.core.skip_torchmetrics_transformers import FLAGS, MODULE
+    from bionemo.core.skip_torchmetrics_imports import FLAGS, MODULE, PACKAGE, SKIPPED_MODULES
 
     def armed():
-        return int(module_hooked(MODULE))
+        return int(module_hooked(PACKAGE)) + int(module_hooked(MODULE))
 
     @cli.app.command("probe")
     def probe() -> None:
         armed_before = armed()
         import lightning.pytorch
         import torch
+        import lightning_utilities.core.imports as lightning_imports
+        import torchmetrics
         import torchmetrics.functional.text.bert as bert
         import torchmetrics.text
         import torchmetrics.utilities.imports as flags
@@ -64,9 +72,10 @@ CHILD = textwrap.dedent(
         print(json.dumps({{
             "armed_before": armed_before,
             "finders_left": armed(),
-            "transformers": "transformers" in sys.modules,
-            "sklearn": "sklearn" in sys.modules,
+            "imported": [name in sys.modules for name in SKIPPED_MODULES],
             "flags": [bool(getattr(flags, name)) for name in FLAGS],
+            "real_package_available": torchmetrics.package_available is lightning_imports.package_available,
+            "scipy_available": lightning_imports.package_available("scipy"),
             "flag_text": str(flags._TRANSFORMERS_GREATER_EQUAL_4_4),
             "bertscore_exported": hasattr(torchmetrics.text, "BERTScore"),
             "bert_error": bert_error,
@@ -115,12 +124,13 @@ def test_canary_the_installed_upstream_files_are_the_verified_ones():
     assert upstream_sha256() == dict(UPSTREAM_SHA256)
 
 
-def test_the_command_arms_it_and_lightning_comes_without_transformers():
+def test_the_command_arms_it_and_lightning_comes_without_the_skipped_packages():
     report = run_bionemo_probe(None)
-    assert report["armed_before"] == 1  # bionemo.cli.app.main armed it before the command ran
-    assert report["finders_left"] == 0  # one module, once: the finder is gone after use
-    assert (report["transformers"], report["sklearn"]) == (False, False)
-    assert report["flags"] == [False, False, False]
+    assert report["armed_before"] == 2  # bionemo.cli.app.main armed both hooks before the command ran
+    assert report["finders_left"] == 0  # one module, once: the finders are gone after use
+    assert report["imported"] == [False] * len(SKIPPED_MODULES)
+    assert report["flags"] == [False] * len(FLAGS)
+    assert (report["real_package_available"], report["scipy_available"]) == (True, True)  # nothing stays patched
     assert SWITCH in report["flag_text"]  # says who skipped it and how to switch that off
     assert report["bertscore_exported"] is False  # torchmetrics' own path for a machine without transformers
     assert "requires `transformers`" in report["bert_error"]  # and its own error
@@ -129,9 +139,11 @@ def test_the_command_arms_it_and_lightning_comes_without_transformers():
     )
 
 
-def test_switched_off_torchmetrics_imports_transformers_as_upstream_does():
+def test_switched_off_torchmetrics_imports_them_as_upstream_does():
     report = run_bionemo_probe("1")
-    assert (report["armed_before"], report["transformers"], report["flags"]) == (0, True, [True, True, True])
+    assert report["armed_before"] == 0
+    assert report["imported"] == [True] * len(SKIPPED_MODULES)
+    assert report["flags"] == [True] * len(FLAGS)
     assert report["bertscore_exported"] is True
     assert {name: report[name] for name in ("pearson", "spearman", "auroc")} == pytest.approx(
         reference_metrics(), abs=1e-6
@@ -143,14 +155,15 @@ def clean_meta_path(monkeypatch):
     """This process without the finder, the switch or the warned-once flag; ``sys.meta_path`` restored after."""
     monkeypatch.delenv(SWITCH, raising=False)
     monkeypatch.setattr(module_hook, "_WARNED", set())
-    before = [finder for finder in sys.meta_path if getattr(finder, "fullname", None) != MODULE]
+    before = [finder for finder in sys.meta_path if getattr(finder, "fullname", None) not in (PACKAGE, MODULE)]
     monkeypatch.setattr(sys, "meta_path", list(before))
     return before
 
 
 def test_already_imported_torchmetrics_is_left_alone(monkeypatch, clean_meta_path):
-    monkeypatch.setitem(sys.modules, MODULE, sys.modules.get(MODULE) or ModuleType(MODULE))
-    assert skip_torchmetrics_transformers() is False
+    for name in (PACKAGE, MODULE):
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or ModuleType(name))
+    assert skip_torchmetrics_imports() is False
     assert sys.meta_path == clean_meta_path
 
 
@@ -159,15 +172,17 @@ def test_importing_bionemo_libraries_does_not_arm_it():
     from bionemo.core.megatron_env import prepare_megatron_import
 
     prepare_megatron_import()
+    assert not module_hooked(PACKAGE)
     assert not module_hooked(MODULE)
 
 
 def test_another_version_is_left_alone_and_said_once(monkeypatch, clean_meta_path):
-    monkeypatch.delitem(sys.modules, MODULE, raising=False)
+    for name in (PACKAGE, MODULE):
+        monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.setattr(skip.importlib.metadata, "version", lambda name: "1.99.0")
     with pytest.warns(UnverifiedTorchmetricsWarning, match="torchmetrics 1.99.0 is installed"):
-        assert skip_torchmetrics_transformers() is False
+        assert skip_torchmetrics_imports() is False
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert skip_torchmetrics_transformers() is False  # once per process
+        assert skip_torchmetrics_imports() is False  # once per process
     assert sys.meta_path == clean_meta_path
