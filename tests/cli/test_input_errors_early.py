@@ -176,6 +176,7 @@ CHEAP_MODULES = (
     "bionemo.core.megatron_env",
     "bionemo.core.skip_torchmetrics_imports",
     "bionemo.core.skip_megatron_timer_writers",
+    "bionemo.core.defer_megatron_compile",
     "bionemo.core.cuda_devices",
     "bionemo.core.safetensors_header",
     "bionemo.esm2",

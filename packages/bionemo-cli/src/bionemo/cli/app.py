@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-__all__ = ["app", "main"]
+__all__ = ["app", "main", "skip_unused_imports"]
 
 app = typer.Typer(
     name="bionemo",
@@ -79,17 +79,30 @@ app.add_typer(recipes_app, name="recipes")
 app.add_typer(convert_app, name="convert")
 
 
-def main() -> None:
-    """Entry point of the ``bionemo`` console script (exits without the interpreter's teardown, see ``_fast_exit``).
+def skip_unused_imports() -> None:
+    """Arm the import skips of the ``bionemo`` command, for this process only; imports neither package.
 
-    Before any command runs it keeps, for this process only, torchmetrics from importing transformers, scipy.signal,
-    matplotlib and regex (:mod:`bionemo.core.skip_torchmetrics_imports`) and megatron's timers from importing wandb
-    and TensorBoard (:mod:`bionemo.core.skip_megatron_timer_writers`): no command uses them.
+    torchmetrics then imports no transformers, scipy.signal, matplotlib or regex
+    (:mod:`bionemo.core.skip_torchmetrics_imports`), megatron's timers no wandb or TensorBoard
+    (:mod:`bionemo.core.skip_megatron_timer_writers`): no command uses them. megatron's ``torch.compile``
+    decorations import torch's compiler when first called, not when megatron is imported
+    (:mod:`bionemo.core.defer_megatron_compile`).
     """
-    from bionemo.cli._fast_exit import run_then_exit_fast
+    from bionemo.core.defer_megatron_compile import defer_megatron_compile
     from bionemo.core.skip_megatron_timer_writers import skip_megatron_timer_writers
     from bionemo.core.skip_torchmetrics_imports import skip_torchmetrics_imports
 
     skip_torchmetrics_imports()
     skip_megatron_timer_writers()
+    defer_megatron_compile()
+
+
+def main() -> None:
+    """Entry point of the ``bionemo`` console script (exits without the interpreter's teardown, see ``_fast_exit``).
+
+    Before any command runs it calls :func:`skip_unused_imports`.
+    """
+    from bionemo.cli._fast_exit import run_then_exit_fast
+
+    skip_unused_imports()
     run_then_exit_fast(app)
