@@ -5,9 +5,6 @@
 
 import hashlib
 import importlib.metadata
-import json
-import os
-import subprocess
 import sys
 import textwrap
 import warnings
@@ -25,6 +22,8 @@ from bionemo.core.skip_megatron_timer_writers import (
     skip_megatron_timer_writers,
 )
 from bionemo.core.skip_unified_memory_build import VERIFIED_MEGATRON_CORE, UnverifiedMegatronWarning
+from support.import_hooks import clean_meta_path as clean_hooks
+from support.import_hooks import run_bionemo_probe as probe
 
 # A clean process running the real `bionemo` entry point with a command added to its app: it reports whether the
 # work-around was armed before it ran, imports megatron-core, then what megatron's timers and sys.modules hold, and
@@ -63,15 +62,8 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_bionemo_probe(switch: str | None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != SWITCH}
-    if switch is not None:
-        env[SWITCH] = switch
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def run_bionemo_probe(value: str | None) -> dict:
+    return probe(CHILD, SWITCH, value)
 
 
 def test_canary_the_installed_upstream_file_is_the_verified_one():
@@ -98,12 +90,7 @@ def test_switched_off_megatron_imports_them_as_upstream_does():
 
 @pytest.fixture
 def clean_meta_path(monkeypatch):
-    """This process without the finder, the switch or the warned-once flag; ``sys.meta_path`` restored after."""
-    monkeypatch.delenv(SWITCH, raising=False)
-    monkeypatch.setattr(module_hook, "_WARNED", set())
-    before = [finder for finder in sys.meta_path if getattr(finder, "fullname", None) != MODULE]
-    monkeypatch.setattr(sys, "meta_path", list(before))
-    return before
+    return clean_hooks(monkeypatch, SWITCH, MODULE)
 
 
 def test_already_imported_timers_are_left_alone(monkeypatch, clean_meta_path):

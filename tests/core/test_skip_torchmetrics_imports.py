@@ -4,9 +4,6 @@
 """
 
 import importlib.metadata
-import json
-import os
-import subprocess
 import sys
 import textwrap
 import warnings
@@ -15,7 +12,6 @@ from types import ModuleType
 import pytest
 import torch
 
-import bionemo.core.module_hook as module_hook
 import bionemo.core.skip_torchmetrics_imports as skip
 from bionemo.core.module_hook import module_hooked
 from bionemo.core.skip_torchmetrics_imports import (
@@ -30,6 +26,8 @@ from bionemo.core.skip_torchmetrics_imports import (
     skip_torchmetrics_imports,
     upstream_sha256,
 )
+from support.import_hooks import clean_meta_path as clean_hooks
+from support.import_hooks import run_bionemo_probe as probe
 
 PREDS = [0.1, 0.9, 0.35, 0.8, 0.45, 0.2, 0.7, 0.6]
 VALUES = [0.3, 1.2, -0.4, 0.9, 0.2, -1.0, 0.5, 1.5]  # regression target, no ties
@@ -91,15 +89,8 @@ CHILD = textwrap.dedent(
 )
 
 
-def run_bionemo_probe(switch: str | None) -> dict:
-    env = {k: v for k, v in os.environ.items() if k != SWITCH}
-    if switch is not None:
-        env[SWITCH] = switch
-    result = subprocess.run(
-        [sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, timeout=300, check=False
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+def run_bionemo_probe(value: str | None) -> dict:
+    return probe(CHILD, SWITCH, value)
 
 
 def reference_metrics() -> dict[str, float]:
@@ -152,12 +143,7 @@ def test_switched_off_torchmetrics_imports_them_as_upstream_does():
 
 @pytest.fixture
 def clean_meta_path(monkeypatch):
-    """This process without the finder, the switch or the warned-once flag; ``sys.meta_path`` restored after."""
-    monkeypatch.delenv(SWITCH, raising=False)
-    monkeypatch.setattr(module_hook, "_WARNED", set())
-    before = [finder for finder in sys.meta_path if getattr(finder, "fullname", None) not in (PACKAGE, MODULE)]
-    monkeypatch.setattr(sys, "meta_path", list(before))
-    return before
+    return clean_hooks(monkeypatch, SWITCH, PACKAGE, MODULE)
 
 
 def test_already_imported_torchmetrics_is_left_alone(monkeypatch, clean_meta_path):
