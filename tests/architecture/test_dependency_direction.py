@@ -30,8 +30,10 @@ THIRD_PARTY = {
 # Where an indirect dependency is imported directly, it must be declared: lightning pulls these in.
 IMPLIED = {"typing_extensions", "numpy"}
 # Optional: imported only where installed (triton comes with torch's CUDA wheels; bionemo.layers.rotary and
-# bionemo.layers.layer_norm check for it before importing their kernel modules), so not declared.
-OPTIONAL = {"layers": {"triton"}}
+# bionemo.layers.layer_norm check for it before importing their kernel modules), so not declared. bionemo.core's
+# torchmetrics work-around (skip_torchmetrics_imports) imports lightning_utilities only while torchmetrics, which
+# requires it, is being imported.
+OPTIONAL = {"core": {"lightning_utilities"}, "layers": {"triton"}}
 
 
 def allowed_imports(package: str) -> dict[str, str]:
