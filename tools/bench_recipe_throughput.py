@@ -1,20 +1,22 @@
 """Training throughput of the built-in GPU recipe (``esm2-gpu``) on one GPU, as a fraction of bf16 peak.
 
 Trains the recipe's model exactly as ``bionemo run train --recipe esm2-gpu`` builds it (BionemoLightningModule,
-MegatronStrategy, bf16, distributed Adam, the recipe's data step) on full-length random protein sequences,
-and times whole training iterations (one optimizer step over ``--nmb`` micro-batches) after a warm-up. The
-reference measured in the same run is the same model with megatron-core's local ``DotProductAttention``
-instead of the recipe's SDPA (flash) attention. Model FLOPs count the matmuls only (the usual MFU
-convention): per token and layer 8h^2 + 4h*ffn + 4*s*h forward, plus 2*h*vocab for the output layer,
-times 3 for forward and backward. Target: 50% of the GPU's bf16 dense peak at the 650M shape. Figures:
-docs/benchmarks.md#training-throughput-as-a-share-of-peak.
+MegatronStrategy, bf16, distributed Adam, the recipe's data and forward steps) on random protein sequences, all
+full-length (``--lengths full``, no padding) or of UniRef-like lengths (``--lengths varied``: log-normal, median 270
+residues; padded micro-batches), and times whole training iterations (one optimizer step over ``--nmb`` micro-
+batches) after a warm-up. The reference measured in the same run is the same model with megatron-core's local
+``DotProductAttention`` instead of the recipe's SDPA (flash) attention. Model FLOPs count the matmuls only (the
+usual MFU convention) of the real tokens: per token and layer 8h^2 + 4h*ffn + 4*s*h forward (s: the token's sequence
+length), plus 2*h*vocab for the output layer, times 3 for forward and backward; tokens/s counts real tokens. Target:
+50% of the GPU's bf16 dense peak at the 650M shape. Figures: docs/benchmarks.md#training-throughput-as-a-share-of-
+peak.
 
-Usage (GPU machine): python tools/bench_recipe_throughput.py [--mbs 32 --nmb 8 --steps 25]
-    [--model hidden_size=1024 --model num_attention_heads=16 ...] [--peak-tflops 989] [--num-workers 2]
-    [--no-pin-memory] [--modes sdpa,local] [--profile DIR]: a table of GPU time by operator over steps 6-7, and how
-    much of that window the GPU was busy, its idle gaps by size and by the kernels around them (the profiled steps
-    are not timed apart; use --steps 15 or more so the median is not one of them) [--sync-debug]:
-    where the host waits for the GPU in steps 6-7 (each synchronizing call with its callers)
+Usage (GPU machine): python tools/bench_recipe_throughput.py [--mbs 32 --nmb 8 --steps 25] [--model hidden_size=1024
+    --model num_attention_heads=16 ...] [--peak-tflops 989] [--num-workers 2] [--no-pin-memory] [--modes sdpa,local]
+    [--lengths full|varied] [--profile DIR]: a table of GPU time by operator over steps 6-7, and how much of that
+    window the GPU was busy, its idle gaps by size and by the kernels around them (the profiled steps are not timed
+    apart; use --steps 15 or more so the median is not one of them) [--sync-debug]: where the host waits for the GPU
+    in steps 6-7 (each synchronizing call with its callers)
 GPU smoke (CUDA only, no CPU run): python tools/bench_recipe_throughput.py --mbs 2 --nmb 2 --steps 8 --modes sdpa
     --model num_layers=2 --model hidden_size=64 --model num_attention_heads=4 --model ffn_hidden_size=128
 Exits 1 if a mode failed.
@@ -80,11 +82,22 @@ def _model(args: argparse.Namespace) -> dict[str, Any]:
     return model
 
 
-def train_flops_per_token(model: dict[str, Any], vocab: int) -> float:
-    """Matmul FLOPs of one training token (forward + backward = 3 x forward)."""
-    h, s, ffn = model["hidden_size"], model["seq_length"], model["ffn_hidden_size"]
-    per_layer = 8 * h * h + 4 * h * ffn + 4 * s * h
-    return 3.0 * (model["num_layers"] * per_layer + 2 * h * vocab)
+def sequence_lengths(args: argparse.Namespace, model: dict[str, Any]) -> list[int]:
+    """Residues of the 256 training records: all ``seq_length - 2`` (``full``), or log-normal (``varied``)."""
+    longest = model["seq_length"] - 2
+    if args.lengths == "full":
+        return [longest] * 256
+    import numpy as np
+
+    rng = np.random.default_rng(0)  # bench_predict's UniRef-like lengths: median 270, sigma 0.6
+    return np.clip(np.rint(rng.lognormal(np.log(270), 0.6, 256)), 30, longest).astype(int).tolist()
+
+
+def train_flops(model: dict[str, Any], vocab: int, tokens: int) -> float:
+    """Matmul FLOPs of training one sequence of ``tokens`` (forward + backward = 3 x forward)."""
+    h, ffn = model["hidden_size"], model["ffn_hidden_size"]
+    per_layer = (8 * h * h + 4 * h * ffn) * tokens + 4 * tokens * tokens * h
+    return 3.0 * (model["num_layers"] * per_layer + 2 * h * vocab * tokens)
 
 
 def measure(args: argparse.Namespace) -> dict[str, float]:
@@ -117,8 +130,8 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     rng = random.Random(0)
     residues = "ACDEFGHIKLMNPQRSTVWY"
     records = [
-        SequenceRecord(f"s{i}", "".join(rng.choice(residues) for _ in range(model["seq_length"] - 2)))
-        for i in range(256)
+        SequenceRecord(f"s{i}", "".join(rng.choice(residues) for _ in range(length)))
+        for i, length in enumerate(sequence_lengths(args, model))
     ]
     settings = RunSettings.model_validate(
         {"precision": Precision.BF16, "micro_batch_size": args.mbs, "global_batch_size": args.mbs * args.nmb}
@@ -259,6 +272,12 @@ def main() -> None:
     parser.add_argument(
         "--pin-memory", action=argparse.BooleanOptionalAction, default=True, help="page-locked batches (the recipe: on)"
     )
+    parser.add_argument(
+        "--lengths",
+        choices=["full", "varied"],
+        default="full",
+        help="full: every sequence seq_length - 2 residues (no padding); varied: UniRef-like, padded batches",
+    )
     parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS)
     parser.add_argument("--profile", metavar="DIR", help="write the GPU time by operator of steps 6-7 into DIR")
     parser.add_argument("--sync-debug", action="store_true", help="print where steps 6-7 wait for the GPU")
@@ -282,14 +301,17 @@ def main() -> None:
         results[mode] = json.loads(line[len("RESULT ") :])
     print(
         f"model {json.dumps(model)}; micro-batch {args.mbs} x {args.nmb} per step; loader workers "
-        f"{args.num_workers}, pinned {args.pin_memory}"
+        f"{args.num_workers}, pinned {args.pin_memory}; sequence lengths {args.lengths}"
     )
     ceiling = gemm_tflops()
     peak = args.peak_tflops
     print(f"8192^3 bf16 matmul: {ceiling:.0f} TFLOP/s ({ceiling / peak:.0%} of the {peak:.0f} TFLOP/s peak)")
-    tokens = args.mbs * args.nmb * model["seq_length"]
+    lengths = [n + 2 for n in sequence_lengths(args, model)]  # records are taken in turn: a step's mean
+    samples = args.mbs * args.nmb
+    tokens = samples * sum(lengths) / len(lengths)
     for mode, r in results.items():
-        flops = train_flops_per_token(model, r["padded_vocab"]) * tokens / r["median_step_s"] / 1e12
+        step_flops = samples * sum(train_flops(model, r["padded_vocab"], n) for n in lengths) / len(lengths)
+        flops = step_flops / r["median_step_s"] / 1e12
         print(
             f"{mode:6} {r['median_step_s'] * 1e3:8.1f} ms/step {tokens / r['median_step_s']:12,.0f} tokens/s "
             f"{flops:6.1f} TFLOP/s = {flops / args.peak_tflops:5.1%} of peak (target >= 50%), "
