@@ -38,3 +38,51 @@ def test_unpadded_bf16_on_varlen_flash_attention_equals_padded(tmp_path):
         cosine = torch.nn.functional.cosine_similarity(padded[key].flatten(1), unpadded[key].flatten(1))
         assert cosine.min() > 0.999, key
         torch.testing.assert_close(unpadded[key], padded[key], rtol=0.05, atol=0.05, msg=key)
+
+
+def test_bf16_mixed_training_step_runs_unpadded_and_matches_padded(monkeypatch):
+    """As NeMo's MegatronStrategy sets a model up for bf16-mixed (``params_dtype`` float32 on the config, the model
+    in megatron's ``Float16Module``), a padded training batch runs unpadded, with the padded path's logits and
+    gradients (bf16 tolerance)."""
+    from megatron.core.transformer.module import Float16Module
+    from nemo.lightning import MegatronMixedPrecision
+    from nemo.lightning.pytorch.plugins.mixed_precision import update_config_with_dtype_overrides
+
+    from bionemo.esm2.data import collate_proteins, data_step
+    from bionemo.esm2.model import ESM2Config
+    from bionemo.esm2.model import steps as steps_module
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+    from bionemo.lightning import ensure_model_parallel
+
+    ensure_model_parallel()
+    torch.manual_seed(0)
+    config = ESM2Config(num_layers=3, hidden_size=128, num_attention_heads=4, ffn_hidden_size=256, seq_length=512)
+    update_config_with_dtype_overrides(MegatronMixedPrecision(precision="bf16-mixed").dtype_config, config)
+    model = Float16Module(config, config.configure_model().cuda()).train()
+    tokenizer = ProteinTokenizer()
+    items = [{"tokens": tokenizer.encode(s)} for s in random_sequences(16, seed=3, low=20, high=300)]
+    batch = collate_proteins(items, tokenizer.pad_id)
+    real = batch["attention_mask"].t().cuda()  # [s, b]
+    labels = torch.where(real, batch["tokens"].t().cuda(), -100)
+
+    def run() -> tuple[torch.Tensor, list[torch.Tensor]]:
+        model.zero_grad()
+        moved = data_step(iter([dict(batch)]))
+        logits = steps_module.forward_step(model, moved)["token_logits"]  # [s, b, v]
+        loss = torch.nn.functional.cross_entropy(logits.float().flatten(0, 1), labels.flatten(), ignore_index=-100)
+        loss.backward()
+        grads = [p.grad.float().clone() for p in model.parameters() if p.grad is not None]
+        return logits.detach().float() * real[..., None], grads
+
+    calls = []
+    unpad = steps_module.unpad
+    monkeypatch.setattr(steps_module, "unpad", lambda *args: calls.append(1) or unpad(*args))
+    unpadded = run()
+    assert calls == [1], "a padded bf16-mixed training batch did not run unpadded"
+    monkeypatch.setenv(steps_module.UNPADDED_SWITCH, "0")
+    padded = run()
+    assert calls == [1]
+    torch.testing.assert_close(unpadded[0], padded[0], rtol=0.05, atol=0.05)
+    for ours, reference in zip(unpadded[1], padded[1], strict=True):
+        cosine = torch.nn.functional.cosine_similarity(ours.flatten(), reference.flatten(), dim=0)
+        assert cosine > 0.99

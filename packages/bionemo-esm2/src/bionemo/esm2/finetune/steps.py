@@ -4,6 +4,7 @@ from typing import Any
 
 import torch
 
+from bionemo.esm2.model.steps import runs_unpadded
 from bionemo.losses import ParallelGroups
 
 __all__ = ["finetune_forward_step", "runs_unpadded"]
@@ -29,23 +30,3 @@ def finetune_forward_step(model: Any, batch: dict[str, Any]) -> dict[str, torch.
     else:
         output = model(tokens, batch.get("padding"), residue_mask=batch["residue_mask"], **keys)
     return {"logits": output} if ParallelGroups.current().is_last_stage else output
-
-
-def runs_unpadded(model: Any, tokens: torch.Tensor) -> bool:
-    """Whether a batch on ``tokens``' device runs unpadded: a variable-length flash kernel for the attention dtype.
-
-    That is CUDA in bf16 / fp16 (the parameters', or autocast's) with a torch that has varlen attention, and no
-    attention dropout while training (the kernel has none); elsewhere batches stay padded.
-    """
-    from bionemo.lightning import varlen_attention_available
-
-    if not tokens.is_cuda:
-        return False
-    config = getattr(model, "config", None)
-    if model.training and float(getattr(config, "attention_dropout", 0.0) or 0.0) > 0:
-        return False
-    if torch.is_autocast_enabled("cuda"):
-        dtype = torch.get_autocast_dtype("cuda")
-    else:
-        dtype = getattr(config, "params_dtype", None) or next(model.parameters()).dtype
-    return varlen_attention_available(dtype)
