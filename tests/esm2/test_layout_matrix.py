@@ -38,6 +38,20 @@ def test_one_process_learns(one_process):
 @pytest.mark.parametrize("layout", sorted(LAYOUTS))
 def test_layout_trains_as_one_process(layout, start, one_process):
     results = run_distributed(train_worker, 2, LAYOUTS[layout], start)
+    assert_trains_as_one_process(results, one_process)
+
+
+@pytest.mark.parametrize("layout", ["one", "dp2", "tp2"])
+def test_layout_trains_unpadded_as_one_process_padded(layout, start, one_process):
+    """Where GPUs run padded batches on their real tokens (one pipeline stage, no CP), the same training."""
+    world = 1 if layout == "one" else 2
+    results = run_distributed(train_worker, world, {**LAYOUTS.get(layout, {}), "unpadded": True}, start)
+    assert one_process["unpadded"] == 0
+    assert all(result["unpadded"] > 0 for result in results)  # the path under test ran on every rank
+    assert_trains_as_one_process(results, one_process)
+
+
+def assert_trains_as_one_process(results: list[dict], one_process: dict) -> None:
     expected_weights = unpadded(one_process["weights"], 33)
     for rank, result in enumerate(results):
         assert result["losses"] == pytest.approx(one_process["losses"], rel=2e-4), rank

@@ -161,8 +161,40 @@ def _gathered_logits(model, batch: dict[str, Any], groups: dict[str, Any]) -> to
     return torch.cat(shards, dim=-1)[..., :33]
 
 
+def _as_on_gpus() -> list[int]:
+    """Let ``forward_step`` decide as on GPUs with the variable-length kernel; count the batches it unpads.
+
+    Off CUDA the unpadded attention is SDPA under a block-diagonal mask, so the layouts' unpadded steps can be
+    compared here; only the kernel check (CUDA tokens, a varlen kernel for the dtype) is stood in for.
+    """
+    from bionemo.esm2.model import steps
+
+    decide, unpad, unpadded = steps.runs_unpadded, steps.unpad, []
+
+    class CudaTokens:
+        is_cuda = True
+
+    def runs_unpadded(model, tokens):
+        import bionemo.lightning
+
+        available = bionemo.lightning.varlen_attention_available
+        bionemo.lightning.varlen_attention_available = lambda dtype: True
+        try:
+            return decide(model, CudaTokens())
+        finally:
+            bionemo.lightning.varlen_attention_available = available
+
+    steps.runs_unpadded = runs_unpadded
+    steps.unpad = lambda *args: unpadded.append(1) or unpad(*args)
+    return unpadded
+
+
 def train_worker(rank: int, world_size: int, layout: dict[str, int], weights: dict[str, torch.Tensor]):
-    """Train ``STEPS`` steps on ``layout`` (``tp``, ``pp``, ``cp``; the rest of the world is data-parallel)."""
+    """Train ``STEPS`` steps on ``layout`` (``tp``, ``pp``, ``cp``; the rest of the world is data-parallel).
+
+    ``layout["unpadded"]``: decide as on GPUs whether padded batches run unpadded (:func:`_as_on_gpus`); the
+    result's ``unpadded`` counts the micro-batches that did.
+    """
     from megatron.core import parallel_state
 
     from bionemo.esm2.checkpoints.weights import apply_weights, full_state_dict
@@ -171,6 +203,7 @@ def train_worker(rank: int, world_size: int, layout: dict[str, int], weights: di
     from bionemo.lightning.optimizer import megatron_param_groups
 
     tp, pp, cp = layout.get("tp", 1), layout.get("pp", 1), layout.get("cp", 1)
+    unpadded = _as_on_gpus() if layout.get("unpadded") else []
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(tp, pp, context_parallel_size=cp)
     groups = _groups()
@@ -210,4 +243,5 @@ def train_worker(rank: int, world_size: int, layout: dict[str, int], weights: di
         "weights": full_state_dict(model),
         "logits": logits,
         "last_stage": groups["last"],
+        "unpadded": len(unpadded),
     }
