@@ -161,22 +161,22 @@ def _gathered_logits(model, batch: dict[str, Any], groups: dict[str, Any]) -> to
     return torch.cat(shards, dim=-1)[..., :33]
 
 
-def _as_on_gpus() -> list[int]:
-    """Let ``forward_step`` decide as on GPUs with the variable-length kernel; count the batches it unpads.
+def as_on_gpus() -> list[int]:
+    """Let the training and fine-tuning steps decide as on GPUs with the variable-length kernel; count the unpads.
 
     Off CUDA the unpadded attention is SDPA under a block-diagonal mask, so the layouts' unpadded steps can be
     compared here; only the kernel check (CUDA tokens, a varlen kernel for the dtype) is stood in for.
     """
-    from bionemo.esm2.model import steps
+    import bionemo.lightning
+    from bionemo.esm2.finetune import steps as finetune_steps
+    from bionemo.esm2.model import packing, steps
 
-    decide, unpad, unpadded = steps.runs_unpadded, steps.unpad, []
+    decide, unpad, unpadded = steps.runs_unpadded, packing.unpad, []
 
     class CudaTokens:
         is_cuda = True
 
     def runs_unpadded(model, tokens):
-        import bionemo.lightning
-
         available = bionemo.lightning.varlen_attention_available
         bionemo.lightning.varlen_attention_available = lambda dtype: True
         try:
@@ -184,15 +184,19 @@ def _as_on_gpus() -> list[int]:
         finally:
             bionemo.lightning.varlen_attention_available = available
 
-    steps.runs_unpadded = runs_unpadded
-    steps.unpad = lambda *args: unpadded.append(1) or unpad(*args)
+    def counted_unpad(*args):
+        unpadded.append(1)
+        return unpad(*args)
+
+    steps.runs_unpadded = finetune_steps.runs_unpadded = runs_unpadded
+    steps.unpad = packing.unpad = counted_unpad
     return unpadded
 
 
 def train_worker(rank: int, world_size: int, layout: dict[str, int], weights: dict[str, torch.Tensor]):
     """Train ``STEPS`` steps on ``layout`` (``tp``, ``pp``, ``cp``; the rest of the world is data-parallel).
 
-    ``layout["unpadded"]``: decide as on GPUs whether padded batches run unpadded (:func:`_as_on_gpus`); the
+    ``layout["unpadded"]``: decide as on GPUs whether padded batches run unpadded (:func:`as_on_gpus`); the
     result's ``unpadded`` counts the micro-batches that did.
     """
     from megatron.core import parallel_state
@@ -203,7 +207,7 @@ def train_worker(rank: int, world_size: int, layout: dict[str, int], weights: di
     from bionemo.lightning.optimizer import megatron_param_groups
 
     tp, pp, cp = layout.get("tp", 1), layout.get("pp", 1), layout.get("cp", 1)
-    unpadded = _as_on_gpus() if layout.get("unpadded") else []
+    unpadded = as_on_gpus() if layout.get("unpadded") else []
     if not parallel_state.model_parallel_is_initialized():
         parallel_state.initialize_model_parallel(tp, pp, context_parallel_size=cp)
     groups = _groups()

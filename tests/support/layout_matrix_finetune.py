@@ -25,13 +25,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from support.layout_matrix import GLOBAL, LR, MICRO, SEQUENCES, STEPS, config, initial_weights, records
+from support.layout_matrix import GLOBAL, LR, MICRO, SEQUENCES, STEPS, as_on_gpus, config, initial_weights, records
 
 CASES = ("classification", "token-classification")
 """The sequence task (whole encoder trains) and the token task (LoRA adapters train)."""
 
 LAYOUTS = {"dp2": 1, "tp2": 2}
 """The 2-process layouts by their tensor-parallel size (the rest of the world is data-parallel)."""
+
+UNPADDED = ("dp2", "tp2")
+"""The layouts run again with padded batches on their real tokens, as GPUs run them (``"<layout>-unpadded"``)."""
 
 LORA_SEED = 5
 """Every layout seeds torch's generator with this just before ``prepare_model`` draws LoRA's ``A``."""
@@ -212,8 +215,14 @@ def layouts_worker(rank: int, world_size: int, starts: dict[str, dict[str, torch
     from bionemo.losses import ParallelGroups
 
     results: dict[str, Any] = {}
-    for layout, tp in LAYOUTS.items():
+    runs = [*LAYOUTS.items(), *((f"{name}-unpadded", LAYOUTS[name]) for name in UNPADDED)]
+    unpadded: list[int] = []
+    for layout, tp in runs:
+        if layout.endswith("-unpadded") and not unpadded:
+            unpadded = as_on_gpus()  # from here on, as GPUs decide
         parallel_state.destroy_model_parallel()
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
+        before = len(unpadded)
         results[layout] = {case: train(case, starts[case], ParallelGroups.current()) for case in CASES}
+        results[layout]["unpadded"] = len(unpadded) - before
     return results

@@ -14,7 +14,15 @@ import torch
 
 from support.distributed import run_distributed
 from support.layout_matrix import STEPS
-from support.layout_matrix_finetune import CASES, LAYOUTS, finetune_config, layouts_worker, one_process, start_weights
+from support.layout_matrix_finetune import (
+    CASES,
+    LAYOUTS,
+    UNPADDED,
+    finetune_config,
+    layouts_worker,
+    one_process,
+    start_weights,
+)
 
 pytestmark = pytest.mark.multiprocess
 
@@ -75,9 +83,12 @@ def test_token_loss_is_residue_weighted(single):
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("layout", sorted(LAYOUTS))
+@pytest.mark.parametrize("layout", sorted(LAYOUTS) + [f"{name}-unpadded" for name in UNPADDED])
 def test_layout_finetunes_as_one_process(layout, case, single, layouts):
+    """``<layout>-unpadded``: padded batches on their real tokens, as GPUs run them, against one process padded."""
     expected = single[case]
+    for by_layout in layouts:
+        assert (by_layout[layout]["unpadded"] > 0) == layout.endswith("-unpadded")  # the path under test ran
     for rank, by_layout in enumerate(layouts):
         result = by_layout[layout][case]
         assert result["losses"] == pytest.approx(expected["losses"], rel=REL), rank
