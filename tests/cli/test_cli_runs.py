@@ -116,6 +116,27 @@ def test_two_process_cpu_ddp_train_and_predict_in_input_order(tmp_path):
     assert torch.equal(tensors["residue_offsets"], single["residue_offsets"])
 
 
+@pytest.mark.multiprocess
+def test_two_process_cpu_predict_of_fewer_batches_than_ranks(tmp_path):
+    """Three sequences fit one batch and one sequence fills none of two ranks: both predict as one process does."""
+    records = read_sequences(BUNDLED_SEQUENCES)[:3]
+    runs = {}
+    for name, chosen, devices in (("three", records, "2"), ("one", records[1:2], "2"), ("single", records, "1")):
+        fasta = tmp_path / f"{name}.fasta"
+        fasta.write_text("".join(f">{r.id}\n{r.sequence}\n" for r in chosen))
+        bionemo(
+            "run", "predict", "--devices", devices, "--accelerator", "cpu", "--data", str(fasta),
+            "--output-dir", str(tmp_path / name), cwd=tmp_path,
+        )  # fmt: skip
+        runs[name] = read_predictions(tmp_path / name / "predictions.safetensors")
+    (single_ids, single), (three_ids, three), (one_ids, one) = runs["single"], runs["three"], runs["one"]
+    assert three_ids == single_ids == [r.id for r in records]
+    assert one_ids == [records[1].id]
+    for key in ("perplexity", "embeddings"):
+        torch.testing.assert_close(three[key], single[key], rtol=1e-4, atol=1e-5, msg=key)
+        torch.testing.assert_close(one[key], single[key][1:2], rtol=1e-4, atol=1e-5, msg=key)
+
+
 def test_predict_options_logits_and_batch_interval(tmp_path):
     out = tmp_path / "pred"
     bionemo(

@@ -21,6 +21,7 @@ __all__ = [
     "first_item",
     "length_sorted_batches",
     "mask_tokens",
+    "spread_over_ranks",
 ]
 
 
@@ -134,6 +135,25 @@ def length_sorted_batches(
     return batches
 
 
+def spread_over_ranks(batches: Sequence[Sequence[int]], ranks: int) -> list[list[int]]:
+    """``batches`` with at least one batch for each of ``ranks`` data-parallel ranks, which are dealt them in turn.
+
+    While there are fewer batches than ranks, the batch with the most samples (the earliest of those) is cut in
+    two halves in its place, so that no rank idles while another predicts everything; the halves stay within the
+    limits the batch kept. With fewer samples than ranks, empty batches make up the count: those ranks predict
+    nothing (Lightning's distributed sampler refuses to leave a rank without a batch).
+    """
+    out = [list(batch) for batch in batches]
+    while 0 < len(out) < ranks:
+        widest = max(range(len(out)), key=lambda k: (len(out[k]), -k))
+        batch = out[widest]
+        if len(batch) < 2:
+            break
+        half = (len(batch) + 1) // 2
+        out[widest : widest + 1] = [batch[:half], batch[half:]]
+    return out + [[] for _ in range(ranks - len(out))]
+
+
 class PredictionBatches(Dataset):
     """Whole prediction batches as items: item ``k`` is the collated batch of samples ``batches[k]``.
 
@@ -151,7 +171,9 @@ class PredictionBatches(Dataset):
         return len(self.batches)
 
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
-        return collate_proteins([self.samples[i] for i in self.batches[item]], self.pad_id)
+        """The collated batch; ``{}`` for an empty one (:func:`spread_over_ranks`), which predicts nothing."""
+        batch = self.batches[item]
+        return collate_proteins([self.samples[i] for i in batch], self.pad_id) if batch else {}
 
 
 def first_item(items: list[Any]) -> Any:

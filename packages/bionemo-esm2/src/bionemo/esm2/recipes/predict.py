@@ -432,14 +432,16 @@ def _plan(
     """Length-sorted batches of the positions ``todo``: by ``tokens_per_batch`` and/or the micro-batch size.
 
     With a token budget the micro-batch size caps a batch only where ``--micro-batch-size`` gives one; without a
-    budget the recipe's micro-batch size is the batch.
+    budget the recipe's micro-batch size is the batch. Every data-parallel rank gets a batch (a few inputs on
+    several devices: :func:`bionemo.esm2.data.mlm.spread_over_ranks`).
     """
-    from bionemo.esm2.data.mlm import length_sorted_batches
+    from bionemo.esm2.data.mlm import length_sorted_batches, spread_over_ranks
 
     lengths = [encoded_length(records[i].sequence) for i in todo]
     batch_size = settings.micro_batch_size if tokens_per_batch else defaults.value(settings, "micro_batch_size")
     batches = length_sorted_batches(lengths, tokens_per_batch=tokens_per_batch, batch_size=batch_size)
-    return [[todo[k] for k in batch] for batch in batches]
+    spread = spread_over_ranks(batches, settings.data_parallel_size())
+    return [[todo[k] for k in batch] for batch in spread]
 
 
 def _pseudo_perplexity_plan(settings: RunSettings, records: list, plan: list[list[int]], *, gpu: bool) -> Any:
