@@ -11,6 +11,9 @@ length), plus 2*h*vocab for the output layer, times 3 for forward and backward; 
 50% of the GPU's bf16 dense peak at the 650M shape. Figures: docs/benchmarks.md#training-throughput-as-a-share-of-
 peak.
 
+``--devices 1,2`` also trains data-parallel on 2 GPUs (each GPU ``--mbs`` x ``--nmb`` per step) and reports per-GPU
+throughput against one GPU's (the multi-GPU target: >= 95%).
+
 Usage (GPU machine): python tools/bench_recipe_throughput.py [--mbs 32 --nmb 8 --steps 25] [--model hidden_size=1024
     --model num_attention_heads=16 ...] [--peak-tflops 989] [--num-workers 2] [--no-pin-memory] [--modes sdpa,local]
     [--lengths full|varied] [--profile DIR]: a table of GPU time by operator over steps 6-7, and how much of that
@@ -133,8 +136,14 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         SequenceRecord(f"s{i}", "".join(rng.choice(residues) for _ in range(length)))
         for i, length in enumerate(sequence_lengths(args, model))
     ]
+    devices = int(args.devices)
     settings = RunSettings.model_validate(
-        {"precision": Precision.BF16, "micro_batch_size": args.mbs, "global_batch_size": args.mbs * args.nmb}
+        {
+            "precision": Precision.BF16,
+            "devices": devices,
+            "micro_batch_size": args.mbs,
+            "global_batch_size": args.mbs * args.nmb * devices,
+        }
     )
     config = model_config(model, settings)
     if args.mode == "local":
@@ -153,7 +162,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
             config=OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True, use_distributed_optimizer=True)
         ),
     )
-    samples = args.steps * args.mbs * args.nmb
+    samples = args.steps * args.mbs * args.nmb * devices
     train = MaskedProteinDataset(records, tokenizer, length=samples)
     loader = {"num_workers": args.num_workers, "pin_memory": args.pin_memory}
     data = datamodule(settings, gpu().defaults, loader=loader, train=train)
@@ -224,7 +233,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         training=True,
         precision=Precision.BF16.value,
         common={
-            "devices": 1,
+            "devices": devices,
             "max_steps": args.steps,
             "limit_val_batches": 0,
             "num_sanity_val_steps": 0,
@@ -237,6 +246,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     trainer.fit(module, datamodule=data)
     periods = sorted(b - a for a, b in zip(timer.starts[5:], timer.starts[6:], strict=False))
     return {
+        "rank": trainer.global_rank,
         "median_step_s": periods[len(periods) // 2],
         "max_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
         "padded_vocab": config.padded_vocab_size,
@@ -266,6 +276,12 @@ def main() -> None:
     parser.add_argument("--mbs", type=int, default=32, help="micro-batch size (recipe: 32)")
     parser.add_argument("--nmb", type=int, default=8, help="micro-batches per step (recipe: 256 / 32 = 8)")
     parser.add_argument("--steps", type=int, default=25)
+    parser.add_argument(
+        "--devices",
+        default="1",
+        help="comma-separated GPU counts, data-parallel (each GPU: --mbs x --nmb per step); per-GPU figures against "
+        "the first count's",
+    )
     parser.add_argument("--model", action="append", default=[], help="KEY=VALUE override of the recipe's model")
     workers = f"DataLoader workers (the recipe on GPUs: {TRAIN_WORKERS})"
     parser.add_argument("--num-workers", type=int, default=TRAIN_WORKERS, help=workers)
@@ -285,20 +301,27 @@ def main() -> None:
     parser.add_argument("--mode", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.mode:
-        print("RESULT " + json.dumps(measure(args)), flush=True)
+        result = measure(args)
+        if result["rank"] == 0:
+            print("RESULT " + json.dumps(result), flush=True)
         return
     model = _model(args)
+    counts = [int(n) for n in args.devices.split(",")]
+    runs = [(mode, n) for n in counts for mode in args.modes.split(",")]
     results = {}
-    for mode in args.modes.split(","):
-        out = subprocess.run([sys.executable, __file__, "--mode", mode, *sys.argv[1:]], capture_output=True, text=True)
+    for mode, n in runs:
+        # Lightning starts the other ranks by running this same command line again (its subprocess launcher)
+        command = [sys.executable, __file__, *sys.argv[1:], "--mode", mode, "--devices", str(n)]
+        out = subprocess.run(command, capture_output=True, text=True)
+        name = mode if len(counts) == 1 else f"{mode} x{n}"
         for x in out.stdout.splitlines():
             if x.startswith("SYNC "):
-                print(f"{mode}: {x[len('SYNC ') :]}")
+                print(f"{name}: {x[len('SYNC ') :]}")
         line = next((x for x in out.stdout.splitlines() if x.startswith("RESULT ")), None)
         if line is None:
-            print(f"{mode}: failed\n{out.stderr[-3000:]}")
+            print(f"{name}: failed\n{out.stderr[-3000:]}")
             continue
-        results[mode] = json.loads(line[len("RESULT ") :])
+        results[mode, n] = json.loads(line[len("RESULT ") :])
     print(
         f"model {json.dumps(model)}; micro-batch {args.mbs} x {args.nmb} per step; loader workers "
         f"{args.num_workers}, pinned {args.pin_memory}; sequence lengths {args.lengths}"
@@ -307,22 +330,28 @@ def main() -> None:
     peak = args.peak_tflops
     print(f"8192^3 bf16 matmul: {ceiling:.0f} TFLOP/s ({ceiling / peak:.0%} of the {peak:.0f} TFLOP/s peak)")
     lengths = [n + 2 for n in sequence_lengths(args, model)]  # records are taken in turn: a step's mean
-    samples = args.mbs * args.nmb
+    samples = args.mbs * args.nmb  # per GPU and step
     tokens = samples * sum(lengths) / len(lengths)
-    for mode, r in results.items():
-        step_flops = samples * sum(train_flops(model, r["padded_vocab"], n) for n in lengths) / len(lengths)
+    per_gpu = " per GPU" if counts != [1] else ""
+    for (mode, n), r in results.items():
+        step_flops = samples * sum(train_flops(model, r["padded_vocab"], k) for k in lengths) / len(lengths)
         flops = step_flops / r["median_step_s"] / 1e12
+        name = mode if len(counts) == 1 else f"{mode} x{n}"
+        scaling = ""
+        if (mode, counts[0]) in results and n != counts[0]:
+            scaling = f", {results[mode, counts[0]]['median_step_s'] / r['median_step_s']:.1%} of {counts[0]} GPU's"
         print(
-            f"{mode:6} {r['median_step_s'] * 1e3:8.1f} ms/step {tokens / r['median_step_s']:12,.0f} tokens/s "
+            f"{name:8} {r['median_step_s'] * 1e3:8.1f} ms/step {tokens / r['median_step_s']:12,.0f} tokens/s{per_gpu} "
             f"{flops:6.1f} TFLOP/s = {flops / args.peak_tflops:5.1%} of peak (target >= 50%), "
-            f"{r['max_memory_gib']:.1f} GiB"
+            f"{r['max_memory_gib']:.1f} GiB{scaling}"
         )
-    if {"sdpa", "local"} <= results.keys():
-        speedup = results["local"]["median_step_s"] / results["sdpa"]["median_step_s"]
-        print(f"sdpa speed-up over local attention: {speedup:.2f}x")
-    failed = [mode for mode in args.modes.split(",") if mode not in results]
+    for n in counts:
+        if {("sdpa", n), ("local", n)} <= results.keys():
+            speedup = results["local", n]["median_step_s"] / results["sdpa", n]["median_step_s"]
+            print(f"sdpa speed-up over local attention ({n} GPU): {speedup:.2f}x")
+    failed = [f"{mode} x{n}" for mode, n in runs if (mode, n) not in results]
     if failed:
-        raise SystemExit(f"failed modes: {', '.join(failed)}")
+        raise SystemExit(f"failed runs: {', '.join(failed)}")
 
 
 if __name__ == "__main__":
