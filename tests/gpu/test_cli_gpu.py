@@ -1,10 +1,12 @@
 """`bionemo run train` / `run predict` of the built-in recipe on GPUs: 1 GPU and DP, TP, PP, CP = 2 (MegatronStrategy).
 
 Each layout trains the demo recipe briefly, resumes that run from its checkpoint, then predicts the
-bundled sequences with its weights; the predictions of the five layouts come out in the same (input)
-order, and the same weights predict the same values in every layout.
+bundled sequences with its weights; the five layouts train the same loss curve (the same global batch), their
+predictions come out in the same (input) order, and the same weights predict the same values in every layout.
 """
 
+import csv
+import json
 import os
 import subprocess
 import sys
@@ -56,6 +58,7 @@ def test_train_then_predict(tmp_path, logs, layout, request):
     train_s, _ = bionemo([*run, "--max-steps", "30", "--val-check-interval", "30"], logs / f"cli_train_{name}.log")
     weights = tmp_path / "run" / "model.safetensors"
     assert read_metadata(weights)["steps"] == 30
+    (logs / f"cli_losses_{name}.json").write_text(json.dumps(train_losses(tmp_path / "run")))
     # a rerun continues from the first run's checkpoint to the new --max-steps
     resume_s, output = bionemo(
         [*run, "--max-steps", "40", "--val-check-interval", "10"], logs / f"cli_resume_{name}.log"
@@ -75,6 +78,38 @@ def test_train_then_predict(tmp_path, logs, layout, request):
     (logs / f"cli_timing_{name}.txt").write_text(
         f"train {train_s:.1f} s, resume {resume_s:.1f} s, predict {predict_s:.1f} s\n"
     )
+
+
+def train_losses(run: Path) -> dict[int, float]:
+    """The training loss of each logged step of ``run``'s first fit (its ``logs/metrics.csv``)."""
+    with (run / "logs" / "metrics.csv").open() as f:
+        return {int(r["step"]): float(r["reduced_train_loss"]) for r in csv.DictReader(f) if r["reduced_train_loss"]}
+
+
+LOSS_REL = 3e-2
+"""A layout's training loss against 1 GPU's at the same step: the same global batch, bf16 and other reductions."""
+
+
+@pytest.mark.multi_gpu
+def test_layouts_train_the_same_loss_curve(logs):
+    """Runs after the layouts (file order): the same global batch gives 1 GPU's loss curve in every layout that ran.
+
+    The exact (fp32) comparison is the CPU layout matrix (tests/esm2/test_layout_matrix.py); this one runs NCCL,
+    megatron's DDP and its TP, PP and CP schedules in bf16.
+    """
+    runs = {name: logs / f"cli_losses_{name}.json" for name in ("1gpu", "dp2", "tp2", "pp2", "cp2")}
+    present = {name: json.loads(path.read_text()) for name, path in runs.items() if path.exists()}
+    assert "1gpu" in present, f"layouts with losses: {sorted(present)}"
+    assert len(present) > 1, f"layouts with losses: {sorted(present)}"
+    reference = present["1gpu"]
+    steps = sorted(reference, key=int)
+    assert len(steps) >= 3, steps  # logged every few steps (log_every_n_steps)
+    assert reference[steps[-1]] < reference[steps[0]]  # it trained: agreeing with it means something
+    for name, losses in present.items():
+        assert losses.keys() == reference.keys(), name
+        for step, loss in losses.items():
+            assert loss == pytest.approx(reference[step], rel=LOSS_REL), (name, step)
+    print("layouts with 1gpu's loss curve:", sorted(present))
 
 
 @pytest.mark.multi_gpu
