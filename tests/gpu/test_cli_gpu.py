@@ -83,7 +83,8 @@ def test_train_then_predict(tmp_path, logs, layout, request):
 def train_losses(run: Path) -> dict[int, float]:
     """The training loss of each logged step of ``run``'s first fit (its ``logs/metrics.csv``)."""
     with (run / "logs" / "metrics.csv").open() as f:
-        return {int(r["step"]): float(r["reduced_train_loss"]) for r in csv.DictReader(f) if r["reduced_train_loss"]}
+        rows = [r for r in csv.DictReader(f) if r["reduced_train_loss"]]
+    return {int(float(r["step"])): float(r["reduced_train_loss"]) for r in rows}  # NeMo logs the step as a float
 
 
 LOSS_REL = 3e-2

@@ -32,8 +32,9 @@ LAYOUTS = {
     "tp2": ("--devices", "2", "--tensor-parallel", "2", "--strategy", "megatron"),
 }
 ENCODERS = {"full": ("--lr", "3e-4"), "lora": ("--lora-rank", "8", "--lr", "3e-3")}
-LOSS_REL = 0.05
-"""A validation loss of a 2-GPU layout against the 1-GPU run's at the same step (bf16, other reduction orders)."""
+LOSS_REL, LOSS_ABS = 0.05, 0.02
+"""A validation loss of a 2-GPU layout against the 1-GPU run's at the same step (bf16, other reduction orders);
+the absolute part for losses near zero (a 1-GPU run on H100 validated 0.026, 0.118, 0.122)."""
 ACCURACY_ABS = 0.05
 """Validation accuracy, likewise; and the share of test labels a layout may predict differently."""
 
@@ -68,12 +69,9 @@ def _bionemo(files: dict[str, Path], name: str, *args: str) -> float:
 
 def _validations(run: Path) -> dict[int, dict[str, float]]:
     with (run / "logs" / "metrics.csv").open() as f:
-        rows = list(csv.DictReader(f))
-    return {
-        int(r["step"]): {k: float(v) for k, v in r.items() if k.startswith("val_") and v}
-        for r in rows
-        if r.get("val_loss")
-    }
+        rows = [r for r in csv.DictReader(f) if r.get("val_loss")]
+    # NeMo logs the step as a float
+    return {int(float(r["step"])): {k: float(v) for k, v in r.items() if k.startswith("val_") and v} for r in rows}
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +115,7 @@ def test_two_gpu_layout_follows_the_one_gpu_curve_and_predicts_alike(files, runs
     assert sorted(expected) == [19, 39, 59]
     assert sorted(found["validations"]) == sorted(expected)
     for step, values in found["validations"].items():
-        assert values["val_loss"] == pytest.approx(expected[step]["val_loss"], rel=LOSS_REL), step
+        assert values["val_loss"] == pytest.approx(expected[step]["val_loss"], rel=LOSS_REL, abs=LOSS_ABS), step
         assert abs(values["val_accuracy"] - expected[step]["val_accuracy"]) <= ACCURACY_ABS, step
     truth = [r["kind"] for r in read_csv(files["test"])]
     accuracy = sum(p == t for p, t in zip(reference["predicted"], truth, strict=True)) / len(truth)
