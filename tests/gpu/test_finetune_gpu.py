@@ -7,7 +7,6 @@ and a LoRA run's peak device memory is logged beside the full run's. Runs under 
 """
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,26 +14,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from support.finetune_data import read_csv, write_csv
-from support.hf_esm import random_hf_esm
+from support.finetune_data import gpu_run_files, read_csv
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("finetune_gpu")
-    random_hf_esm(root / "base", hidden=128, heads=4, layers=4)
-    logs = Path(os.environ.get("BIONEMO_GPU_LOG_DIR", "/tmp/bionemo-gpu-logs"))
-    logs.mkdir(parents=True, exist_ok=True)
-    return {
-        "root": root,
-        "base": root / "base",
-        "logs": logs,
-        "train": write_csv(root / "train.csv", 320, seed=1),
-        "val": write_csv(root / "val.csv", 48, seed=2),
-        "test": write_csv(root / "test.csv", 96, seed=3),
-    }
+    return gpu_run_files(tmp_path_factory.mktemp("finetune_gpu"))
 
 
 def _bionemo(files: dict[str, Path], name: str, *args: str) -> str:
