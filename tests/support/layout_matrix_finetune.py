@@ -216,13 +216,13 @@ def layouts_worker(rank: int, world_size: int, starts: dict[str, dict[str, torch
 
     results: dict[str, Any] = {}
     runs = [*LAYOUTS.items(), *((f"{name}-unpadded", LAYOUTS[name]) for name in UNPADDED)]
-    unpadded: list[int] = []
+    unpadded: list[int] | None = None
     for layout, tp in runs:
-        if layout.endswith("-unpadded") and not unpadded:
-            unpadded = as_on_gpus()  # from here on, as GPUs decide
+        if layout.endswith("-unpadded") and unpadded is None:
+            unpadded = as_on_gpus()  # from here on (the padded layouts came first), as GPUs decide
         parallel_state.destroy_model_parallel()
         parallel_state.initialize_model_parallel(tensor_model_parallel_size=tp)
-        before = len(unpadded)
+        before = len(unpadded or [])
         results[layout] = {case: train(case, starts[case], ParallelGroups.current()) for case in CASES}
-        results[layout]["unpadded"] = len(unpadded) - before
+        results[layout]["unpadded"] = len(unpadded or []) - before
     return results
