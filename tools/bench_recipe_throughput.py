@@ -1,9 +1,10 @@
-"""Training throughput of the built-in GPU recipe (``esm2-gpu``) on one GPU, as a fraction of bf16 peak.
+"""Training throughput of the built-in GPU recipe (``esm2-gpu``) per GPU, as a fraction of bf16 peak.
 
 Trains the recipe's model exactly as ``bionemo run train --recipe esm2-gpu`` builds it (BionemoLightningModule,
 MegatronStrategy, bf16, distributed Adam, the recipe's data and forward steps) on random protein sequences, all
 full-length (``--lengths full``, no padding) or of UniRef-like lengths (``--lengths varied``: log-normal, median 270
-residues; padded micro-batches), and times whole training iterations (one optimizer step over ``--nmb`` micro-
+residues; padded micro-batches, which the recipe's step runs on their real tokens unless
+``BIONEMO_UNPADDED_TRAINING=0``), and times whole training iterations (one optimizer step over ``--nmb`` micro-
 batches) after a warm-up. The reference measured in the same run is the same model with megatron-core's local
 ``DotProductAttention`` instead of the recipe's SDPA (flash) attention. Model FLOPs count the matmuls only (the
 usual MFU convention) of the real tokens: per token and layer 8h^2 + 4h*ffn + 4*s*h forward (s: the token's sequence
@@ -292,7 +293,8 @@ def main() -> None:
         "--lengths",
         choices=["full", "varied"],
         default="full",
-        help="full: every sequence seq_length - 2 residues (no padding); varied: UniRef-like, padded batches",
+        help="full: every sequence seq_length - 2 residues (no padding); varied: UniRef-like, padded batches "
+        "(run unpadded)",
     )
     parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS)
     parser.add_argument("--profile", metavar="DIR", help="write the GPU time by operator of steps 6-7 into DIR")
