@@ -310,12 +310,16 @@ def main() -> None:
     model = _model(args)
     counts = [int(n) for n in args.devices.split(",")]
     runs = [(mode, n) for n in counts for mode in args.modes.split(",")]
+
+    def label(mode: str, n: int) -> str:
+        return mode if len(counts) == 1 else f"{mode} x{n}"
+
     results = {}
     for mode, n in runs:
         # Lightning starts the other ranks by running this same command line again (its subprocess launcher)
         command = [sys.executable, __file__, *sys.argv[1:], "--mode", mode, "--devices", str(n)]
         out = subprocess.run(command, capture_output=True, text=True)
-        name = mode if len(counts) == 1 else f"{mode} x{n}"
+        name = label(mode, n)
         for x in out.stdout.splitlines():
             if x.startswith("SYNC "):
                 print(f"{name}: {x[len('SYNC ') :]}")
@@ -338,7 +342,7 @@ def main() -> None:
     for (mode, n), r in results.items():
         step_flops = samples * sum(train_flops(model, r["padded_vocab"], k) for k in lengths) / len(lengths)
         flops = step_flops / r["median_step_s"] / 1e12
-        name = mode if len(counts) == 1 else f"{mode} x{n}"
+        name = label(mode, n)
         scaling = ""
         if (mode, counts[0]) in results and n != counts[0]:
             scaling = f", {results[mode, counts[0]]['median_step_s'] / r['median_step_s']:.1%} of {counts[0]} GPU's"
@@ -351,7 +355,7 @@ def main() -> None:
         if {("sdpa", n), ("local", n)} <= results.keys():
             speedup = results["local", n]["median_step_s"] / results["sdpa", n]["median_step_s"]
             print(f"sdpa speed-up over local attention ({n} GPU): {speedup:.2f}x")
-    failed = [f"{mode} x{n}" for mode, n in runs if (mode, n) not in results]
+    failed = [label(mode, n) for mode, n in runs if (mode, n) not in results]
     if failed:
         raise SystemExit(f"failed runs: {', '.join(failed)}")
 

@@ -11,7 +11,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -87,6 +89,15 @@ def train_losses(run: Path) -> dict[int, float]:
     return {int(float(r["step"])): float(r["reduced_train_loss"]) for r in rows}  # NeMo logs the step as a float
 
 
+def kept_by_layout(logs: Path, pattern: str, load: Callable[[Path], Any]) -> dict[str, Any]:
+    """What the layouts' runs kept in ``logs`` (``pattern`` with the layout's name), 1 GPU's and another's at least."""
+    paths = {name: logs / pattern.format(name) for name in ("1gpu", "dp2", "tp2", "pp2", "cp2")}
+    present = {name: load(path) for name, path in paths.items() if path.exists()}
+    assert "1gpu" in present, f"layouts with {pattern}: {sorted(present)}"
+    assert len(present) > 1, f"layouts with {pattern}: {sorted(present)}"
+    return present
+
+
 LOSS_REL = 3e-2
 """A layout's training loss against 1 GPU's at the same step: the same global batch, bf16 and other reductions."""
 
@@ -98,10 +109,7 @@ def test_layouts_train_the_same_loss_curve(logs):
     The exact (fp32) comparison is the CPU layout matrix (tests/esm2/test_layout_matrix.py); this one runs NCCL,
     megatron's DDP and its TP, PP and CP schedules in bf16.
     """
-    runs = {name: logs / f"cli_losses_{name}.json" for name in ("1gpu", "dp2", "tp2", "pp2", "cp2")}
-    present = {name: json.loads(path.read_text()) for name, path in runs.items() if path.exists()}
-    assert "1gpu" in present, f"layouts with losses: {sorted(present)}"
-    assert len(present) > 1, f"layouts with losses: {sorted(present)}"
+    present = kept_by_layout(logs, "cli_losses_{}.json", lambda path: json.loads(path.read_text()))
     reference = present["1gpu"]
     steps = sorted(reference, key=int)
     assert len(steps) >= 3, steps  # logged every few steps (log_every_n_steps)
@@ -119,10 +127,7 @@ def test_layouts_agree(logs):
 
     A layout that failed fails its own test; predictions kept from an earlier run in ``logs`` count too.
     """
-    runs = {name: logs / f"cli_bundled_{name}.pt" for name in ("1gpu", "dp2", "tp2", "pp2", "cp2")}
-    present = {name: torch.load(path, weights_only=True) for name, path in runs.items() if path.exists()}
-    assert "1gpu" in present, f"layouts with predictions: {sorted(present)}"
-    assert len(present) > 1, f"layouts with predictions: {sorted(present)}"
+    present = kept_by_layout(logs, "cli_bundled_{}.pt", lambda path: torch.load(path, weights_only=True))
     reference = present["1gpu"]
     for name, other in present.items():
         assert other["ids"] == reference["ids"], name
