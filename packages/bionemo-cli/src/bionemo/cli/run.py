@@ -213,6 +213,14 @@ def _as_typed(name: str, program: str, path: str | None) -> str:
 @run_app.command()
 @with_options(
     *RUN_OPTIONS,
+    option(
+        int | None,
+        "--global-batch-tokens",
+        min=1,
+        help="Batches cut by tokens: up to this many per optimizer step, all devices (residues + 2 per sequence, no "
+        "padding; similar lengths share a micro-batch), in micro-batches of up to --micro-batch-size x the model's "
+        "sequence length tokens; instead of --global-batch-size. Default: batches by count.",
+    ),
     *training_options(
         max_steps="Optimizer steps. Default: the recipe's.",
         val_check_interval="Steps between validations.",

@@ -32,9 +32,18 @@ _FINETUNE_ONLY = (
     "head_lr",
     "warmup_steps",
     "patience",
-    "global_batch_tokens",
 )
-_TRAIN_ONLY = ("max_steps", "val_check_interval", "lr", "resume", "seed", "model", "global_batch_size", *_FINETUNE_ONLY)
+_TRAIN_ONLY = (
+    "max_steps",
+    "val_check_interval",
+    "lr",
+    "resume",
+    "seed",
+    "model",
+    "global_batch_size",
+    "global_batch_tokens",
+    *_FINETUNE_ONLY,
+)
 
 
 def resolved_training_settings(settings: RunSettings, defaults: RecipeDefaults, *, gpu: bool) -> RunSettings:
@@ -47,15 +56,25 @@ def resolved_training_settings(settings: RunSettings, defaults: RecipeDefaults, 
       same model on one process or many.
     - Micro-batch size: as given; else the recipe's, or the largest size below it that makes whole steps of the
       global batch over the data-parallel ranks (it only changes memory use, not what is computed).
+    - With ``global_batch_tokens`` (batches cut by tokens) the global batch size stays unset and the micro-batch
+      size is as given, else the recipe's: it bounds the tokens of a micro-batch, which the run's data decides.
 
     Raises:
         SettingsError: Batch sizes that make no whole global batch on this layout (global not a multiple of
-            micro x data-parallel size, or smaller), naming the valid values.
+            micro x data-parallel size, or smaller), naming the valid values; ``global_batch_tokens`` with
+            ``global_batch_size``.
     """
     defaults = defaults.for_training(gpu=gpu)
     data_parallel = settings.data_parallel_size()
     global_batch = defaults.value(settings, "global_batch_size")
     micro = defaults.value(settings, "micro_batch_size")
+    if settings.global_batch_tokens is not None:
+        if settings.global_batch_size is not None:
+            raise SettingsError(
+                "--global-batch-tokens cuts batches by tokens, --global-batch-size by count: give one or the other",
+                "--global-batch-tokens",
+            )
+        return _resolved(settings, defaults, gpu, micro, None)
     if settings.micro_batch_size is None:
         fitting = [m for m in range(micro, 0, -1) if global_batch % (m * data_parallel) == 0]
         micro = fitting[0] if fitting else micro
@@ -72,6 +91,13 @@ def resolved_training_settings(settings: RunSettings, defaults: RecipeDefaults, 
             f"{origin} {layout}: {problem}",
             "--micro-batch-size" if settings.micro_batch_size is not None else "--global-batch-size",
         )
+    return _resolved(settings, defaults, gpu, micro, global_batch)
+
+
+def _resolved(
+    settings: RunSettings, defaults: RecipeDefaults, gpu: bool, micro: int, global_batch: int | None
+) -> RunSettings:
+    """``settings`` with these batch sizes, the precision and the run length (``defaults`` already for training)."""
     precision = settings.precision or (defaults.precision if gpu else Precision.FP32)
     return settings.model_copy(
         update={
@@ -94,7 +120,10 @@ def training_plan(given: RunSettings, resolved: RunSettings, defaults: RecipeDef
         defaults: The recipe's defaults.
         gpu: Whether the run trains on GPUs.
     """
-    plan = f"{resolved.max_steps} steps x {resolved.global_batch_size} sequences per step"
+    if resolved.global_batch_tokens is not None:
+        plan = f"{resolved.max_steps} steps x up to {resolved.global_batch_tokens:,} tokens per step"
+    else:
+        plan = f"{resolved.max_steps} steps x {resolved.global_batch_size} sequences per step"
     if gpu or defaults.cpu is None:
         return plan
     applied = [name for name in defaults.cpu.as_settings() if getattr(given, name) is None]

@@ -85,8 +85,10 @@ class RunSettings(BaseModel):
     patience: int | None = Field(None, ge=1)
     """Stop after this many validations without a better validation metric (default: never stop early)."""
     global_batch_tokens: int | None = Field(None, ge=1)
-    """Fine-tuning batches cut by tokens: at most this many (residues + 2 per sequence, no padding) per optimizer
-    step over all devices; instead of ``micro_batch_size`` / ``global_batch_size``."""
+    """Training and fine-tuning batches cut by tokens: at most this many (residues + 2 per sequence, no padding) per
+    optimizer step over all devices; instead of ``global_batch_size``. Fine-tuning takes no ``micro_batch_size``
+    with it (one micro-batch per device and step); pretraining splits each device's share into micro-batches of up to
+    ``micro_batch_size`` x the model's ``seq_length`` tokens."""
     # predict
     include: list[Include] = Field(default_factory=lambda: [Include.EMBEDDINGS, Include.PERPLEXITY])
     write_interval: WriteIntervalChoice = WriteIntervalChoice.BATCH

@@ -13,6 +13,7 @@ from bionemo.esm2.tokenizer import ProteinTokenizer
 
 __all__ = [
     "MaskedProteinDataset",
+    "MaskedTokenBatches",
     "PredictionBatches",
     "PredictionDataset",
     "collate_proteins",
@@ -55,6 +56,50 @@ class MaskedProteinDataset(Dataset):
         index = item % len(self.records)
         ids = self.tokenizer.encode(self.records[index].sequence)
         gen = torch.Generator().manual_seed(self.seed * 1_000_003 + item)
+        tokens, labels = mask_tokens(ids, self.tokenizer, self.mask_prob, gen)
+        return {
+            "tokens": tokens,
+            "labels": labels,
+            "loss_mask": (labels >= 0).float(),
+            "sample_index": torch.tensor(index),
+        }
+
+
+class MaskedTokenBatches(Dataset):
+    """Training or validation micro-batches cut by tokens: item ``k`` is micro-batch ``k``'s masked sequences.
+
+    ``batches`` is a :class:`~bionemo.esm2.data.token_batches.TokenBatches` over ``records``' token lengths.
+
+    Serve it with ``micro_batch_size=1`` and ``collate_flat(collate_proteins)``; a global batch is ``batches.parts``
+    items. Each sequence is masked as :class:`MaskedProteinDataset` masks it, with the mask drawn from ``seed``, the
+    pass over the records and the record: a record gets fresh masks each pass, and the same ones on every layout and
+    after a resume, whichever micro-batch it lands in.
+    """
+
+    def __init__(
+        self,
+        records: Sequence[SequenceRecord],
+        tokenizer: ProteinTokenizer,
+        batches: Any,
+        mask_prob: float = 0.15,
+        seed: int = 0,
+    ) -> None:
+        self.records = list(records)
+        self.tokenizer = tokenizer
+        self.batches = batches
+        self.mask_prob = mask_prob
+        self.seed = seed
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __getitem__(self, item: int) -> list[dict[str, torch.Tensor]]:
+        epoch = self.batches.pass_of(item // self.batches.parts)
+        return [self._masked(index, epoch) for index in self.batches.records(item)]
+
+    def _masked(self, index: int, epoch: int) -> dict[str, torch.Tensor]:
+        ids = self.tokenizer.encode(self.records[index].sequence)
+        gen = torch.Generator().manual_seed(((self.seed * 1_000_003 + epoch) * 1_000_000_007 + index) % 2**64)
         tokens, labels = mask_tokens(ids, self.tokenizer, self.mask_prob, gen)
         return {
             "tokens": tokens,

@@ -1,5 +1,6 @@
 """``bionemo run train`` for the ESM-2 recipes: from scratch, or from ``--checkpoint`` weights (HF or bionemo)."""
 
+import functools
 import json
 import random
 import sys
@@ -10,6 +11,8 @@ from typing import Any
 from bionemo.esm2.recipes._measured import finite, shown
 from bionemo.esm2.recipes.inputs import checked_checkpoint, checked_checkpoint_header, datamodule
 from bionemo.esm2.recipes.model_settings import check_same_shape, checked_model_settings, model_config
+from bionemo.esm2.recipes.token_steps import TokenSteps, token_steps
+from bionemo.esm2.tokenizer import encoded_length
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
@@ -63,24 +66,46 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
             raise SettingsError(str(error), "--data") from None
         if len(records) < 2:
             raise SettingsError(f"{data} holds {len(records)} sequence; training needs at least 2", "--data")
+    if data is None:
+        # every rank generates the same records (no rank reads a file another may be writing); the file is
+        # for the user to look at, written once per node and atomically
+        records = demo_families(seed=settings.seed)[0]
+    train_records, val = split_records(records, settings.seed)
+    steps = token_steps(
+        settings, model["seq_length"], {"training": _lengths(train_records), "validation": _lengths(val)}
+    )
     check_output_dir(out, create=False)
     start = None if header is None else checked_checkpoint(header.path)  # the tensors: NaN/Inf
     check_output_dir(out)
     if is_launching_rank():
         save_settings(settings.model_copy(update={"output_dir": out}), out, training=True)
         print(f"Training {training_plan(given, settings, defaults, gpu=gpu)}", flush=True)
-    if data is None:
-        # every rank generates the same records (no rank reads a file another may be writing); the file is
-        # for the user to look at, written once per node and atomically
-        records = demo_families(seed=settings.seed)[0]
-        if is_launching_rank():
+        if data is None:
             (out / "data").mkdir(parents=True, exist_ok=True)
             write_fasta(records, out / "data" / "demo_train.fasta")
-    return _fit(settings, defaults, recipe, records, out, start)
+    return _fit(settings, defaults, recipe, (train_records, val), out, start, steps)
+
+
+def split_records(records: list, seed: int) -> tuple[list, list]:
+    """``(training, validation)``: a tenth of ``records`` (at least one) drawn from ``seed`` for validation."""
+    shuffled = list(records)
+    random.Random(seed).shuffle(shuffled)
+    n_val = max(1, len(shuffled) // 10)
+    return shuffled[n_val:], shuffled[:n_val]
+
+
+def _lengths(records: list) -> list[int]:
+    return [encoded_length(record.sequence) for record in records]
 
 
 def _fit(
-    settings: RunSettings, defaults: RecipeDefaults, recipe: str, records: list, out: Path, start: Any
+    settings: RunSettings,
+    defaults: RecipeDefaults,
+    recipe: str,
+    split: tuple[list, list],
+    out: Path,
+    start: Any,
+    steps: TokenSteps | None,
 ) -> SummaryRows:
     """Train (from the output directory's newest checkpoint unless ``--no-resume``); export; the summary rows."""
     import lightning.pytorch as pl
@@ -91,14 +116,11 @@ def _fit(
     from bionemo.recipes.trainers import is_launching_rank, uses_megatron
 
     pl.seed_everything(settings.seed, workers=True, verbose=False)
-    shuffled = list(records)
-    random.Random(settings.seed).shuffle(shuffled)
-    n_val = max(1, len(shuffled) // 10)
-    val, train_records = shuffled[:n_val], shuffled[n_val:]
+    train_records, val = split
     megatron = uses_megatron(settings)
     module = _module(settings, defaults, megatron, start)
     max_steps = defaults.value(settings, "max_steps")
-    data = _data(settings, defaults, train_records, val, max_steps)
+    data = _data(settings, defaults, train_records, val, max_steps, steps)
     checkpoints = out / "checkpoints"
     resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
     trainer = _trainer(
@@ -122,8 +144,9 @@ def _fit(
     if trainer.global_rank != 0:
         return []
     sizes = f"{len(train_records)} / {len(val)}"
-    rows = _export(settings, defaults, recipe, trainer, tensors, out, start, baseline_file, sizes)
-    if note := lowercase_note(records):
+    batch = batch_label(settings) if steps is None else steps.label()
+    rows = _export(settings, defaults, recipe, trainer, tensors, out, start, baseline_file, sizes, batch)
+    if note := lowercase_note([*train_records, *val]):
         at = next(i for i, (name, _) in enumerate(rows) if name == "sequences (train / val)") + 1
         rows.insert(at, ("input", note))
     return rows
@@ -157,25 +180,49 @@ def _module(settings: RunSettings, defaults: RecipeDefaults, megatron: bool, sta
     )
 
 
-def _data(settings: RunSettings, defaults: RecipeDefaults, train: list, val: list, max_steps: int) -> Any:
+def _data(
+    settings: RunSettings, defaults: RecipeDefaults, train: list, val: list, max_steps: int, steps: TokenSteps | None
+) -> Any:
     """Masked training and validation sets; one pass over the training view is the whole run.
 
-    On GPUs, :data:`TRAIN_WORKERS` processes tokenize and mask the samples into page-locked memory.
+    Batches by count, or with ``steps`` cut by tokens: items are then micro-batches
+    (:class:`~bionemo.esm2.data.mlm.MaskedTokenBatches`), ``steps.parts`` of them per step. Either way a sequence
+    gets fresh masks every time it comes round again. On GPUs, :data:`TRAIN_WORKERS` processes tokenize and mask
+    the samples into page-locked memory.
     """
-    from bionemo.esm2.data.mlm import MaskedProteinDataset
+    from bionemo.esm2.data.mlm import MaskedProteinDataset, MaskedTokenBatches, collate_proteins
+    from bionemo.esm2.data.token_batches import TokenBatches, collate_flat
     from bionemo.esm2.tokenizer import ProteinTokenizer
+    from bionemo.lightning import MegatronDataModule
     from bionemo.recipes.trainers import accelerator
 
     tokenizer = ProteinTokenizer()
-    samples_per_step = defaults.value(settings, "global_batch_size")  # the same on every layout
     gpu = accelerator(settings) == "gpu"
-    return datamodule(
-        settings,
-        defaults,
-        loader={"num_workers": TRAIN_WORKERS if gpu else 0, "pin_memory": gpu},
-        # fresh masks every time a sequence comes round again
-        train=MaskedProteinDataset(train, tokenizer, seed=settings.seed, length=max_steps * samples_per_step),
-        val=MaskedProteinDataset(val, tokenizer, seed=settings.seed + 1),
+    loader = {"num_workers": TRAIN_WORKERS if gpu else 0, "pin_memory": gpu}
+    if steps is None:
+        samples_per_step = defaults.value(settings, "global_batch_size")  # the same on every layout
+        return datamodule(
+            settings,
+            defaults,
+            loader=loader,
+            train=MaskedProteinDataset(train, tokenizer, seed=settings.seed, length=max_steps * samples_per_step),
+            val=MaskedProteinDataset(val, tokenizer, seed=settings.seed + 1),
+        )
+
+    def batches(records: list, seed: int, training: bool) -> MaskedTokenBatches:
+        cut = TokenBatches(
+            _lengths(records), steps.budget, parts=steps.parts, seed=seed, steps=max_steps if training else None
+        )
+        return MaskedTokenBatches(records, tokenizer, cut, seed=seed)
+
+    return MegatronDataModule(
+        micro_batch_size=1,
+        global_batch_size=steps.parts,
+        seq_length=defaults.model["seq_length"],
+        collate_fn=functools.partial(collate_flat, functools.partial(collate_proteins, pad_id=tokenizer.pad_id)),
+        train=batches(train, settings.seed, True),
+        val=batches(val, settings.seed + 1, False),
+        **loader,
     )
 
 
@@ -207,6 +254,7 @@ def _export(
     start: Any,
     baseline_file: Path,
     sizes: str,
+    batch: str,
 ) -> SummaryRows:
     """Write ``model.safetensors`` (with what the run measured) and the curve; the summary rows (rank 0)."""
     import torch
@@ -244,7 +292,7 @@ def _export(
         ("started from", "random initialisation") if start is None else (f"started from ({start.source})", start.path),
         ("steps", str(trainer.global_step)),
         ("precision", precision_label(settings)),
-        ("batch", batch_label(settings)),
+        ("batch", batch),
         ("sequences (train / val)", sizes),
         ("final train loss", shown(metrics.get("reduced_train_loss"), 4)),
         ("validation perplexity", shown(val_ppl, 3)),
