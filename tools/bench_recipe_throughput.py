@@ -12,6 +12,10 @@ length), plus 2*h*vocab for the output layer, times 3 for forward and backward; 
 50% of the GPU's bf16 dense peak at the 650M shape. Figures: docs/benchmarks.md#training-throughput-as-a-share-of-
 peak.
 
+``--global-batch-tokens N`` cuts the batches by tokens as ``bionemo run train --global-batch-tokens N`` does (up to N
+tokens per step in micro-batches of up to ``--mbs`` x seq_length tokens, the recipe's loader); steps then differ, so
+tokens/s and FLOP/s are totals over the timed steps.
+
 ``--devices 1,2`` also trains data-parallel on 2 GPUs (each GPU ``--mbs`` x ``--nmb`` per step) and reports per-GPU
 throughput against one GPU's (the multi-GPU target: >= 95%).
 
@@ -31,6 +35,7 @@ import json
 import subprocess
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -87,14 +92,22 @@ def _model(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def sequence_lengths(args: argparse.Namespace, model: dict[str, Any]) -> list[int]:
-    """Residues of the 256 training records: all ``seq_length - 2`` (``full``), or log-normal (``varied``)."""
+    """Residues of the training records: all ``seq_length - 2`` (``full``), or log-normal (``varied``).
+
+    256 records, or with ``--global-batch-tokens`` enough for every step's budget (a pass is then the whole run).
+    """
     longest = model["seq_length"] - 2
+    count = 256
+    if args.global_batch_tokens:
+        count = max(
+            count, int(1.3 * args.steps * args.global_batch_tokens / (longest if args.lengths == "full" else 300))
+        )
     if args.lengths == "full":
-        return [longest] * 256
+        return [longest] * count
     import numpy as np
 
     rng = np.random.default_rng(0)  # bench_predict's UniRef-like lengths: median 270, sigma 0.6
-    return np.clip(np.rint(rng.lognormal(np.log(270), 0.6, 256)), 30, longest).astype(int).tolist()
+    return np.clip(np.rint(rng.lognormal(np.log(270), 0.6, count)), 30, longest).astype(int).tolist()
 
 
 def train_flops(model: dict[str, Any], vocab: int, tokens: int) -> float:
@@ -124,6 +137,8 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     from bionemo.esm2.recipes import gpu
     from bionemo.esm2.recipes.inputs import datamodule
     from bionemo.esm2.recipes.model_settings import model_config
+    from bionemo.esm2.recipes.token_steps import token_steps
+    from bionemo.esm2.recipes.train import training_data
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.lightning import BionemoLightningModule, MegatronOptimizerModule
     from bionemo.recipes.settings import Precision, RunSettings
@@ -138,13 +153,11 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
         for i, length in enumerate(sequence_lengths(args, model))
     ]
     devices = int(args.devices)
+    batches: dict[str, Any] = {"global_batch_size": args.mbs * args.nmb * devices}
+    if args.global_batch_tokens:
+        batches = {"global_batch_tokens": args.global_batch_tokens}
     settings = RunSettings.model_validate(
-        {
-            "precision": Precision.BF16,
-            "devices": devices,
-            "micro_batch_size": args.mbs,
-            "global_batch_size": args.mbs * args.nmb * devices,
-        }
+        {"precision": Precision.BF16, "devices": devices, "micro_batch_size": args.mbs, **batches}
     )
     config = model_config(model, settings)
     if args.mode == "local":
@@ -163,10 +176,20 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
             config=OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True, use_distributed_optimizer=True)
         ),
     )
-    samples = args.steps * args.mbs * args.nmb * devices
-    train = MaskedProteinDataset(records, tokenizer, length=samples)
-    loader = {"num_workers": args.num_workers, "pin_memory": args.pin_memory}
-    data = datamodule(settings, gpu().defaults, loader=loader, train=train)
+    if args.global_batch_tokens:  # the recipe's token batches and loader, as `run train --global-batch-tokens`
+        lengths = [len(r.sequence) + 2 for r in records]
+        steps = token_steps(settings, model["seq_length"], {"training": lengths})
+        assert steps is not None
+        defaults = replace(gpu().defaults, model=model)
+        data = training_data(settings, defaults, records, records[: steps.parts], args.steps, steps)
+        cut = data.datasets["train"].batches
+        step_lengths = [[lengths[i] for i in cut.global_batch(step)] for step in range(args.steps)]
+    else:
+        samples = args.steps * args.mbs * args.nmb * devices
+        train = MaskedProteinDataset(records, tokenizer, length=samples)
+        loader = {"num_workers": args.num_workers, "pin_memory": args.pin_memory}
+        data = datamodule(settings, gpu().defaults, loader=loader, train=train)
+        step_lengths = []
 
     class Timer(pl.Callback):
         def __init__(self) -> None:
@@ -246,12 +269,20 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
     )
     trainer.fit(module, datamodule=data)
     periods = sorted(b - a for a, b in zip(timer.starts[5:], timer.starts[6:], strict=False))
-    return {
+    result = {
         "rank": trainer.global_rank,
         "median_step_s": periods[len(periods) // 2],
         "max_memory_gib": torch.cuda.max_memory_allocated() / 2**30,
         "padded_vocab": config.padded_vocab_size,
     }
+    if step_lengths:  # steps differ: totals over the timed steps (5 on), per GPU
+        timed = step_lengths[5 : len(timer.starts) - 1]
+        seconds = timer.starts[-1] - timer.starts[5]
+        result["tokens_per_s"] = sum(map(sum, timed)) / seconds / devices
+        flops = sum(train_flops(model, config.padded_vocab_size, k) for step in timed for k in step)
+        result["tflops"] = flops / seconds / devices / 1e12
+        result["sequences_per_step"] = sum(map(len, timed)) / len(timed)
+    return result
 
 
 def gemm_tflops() -> float:
@@ -296,6 +327,12 @@ def main() -> None:
         help="full: every sequence seq_length - 2 residues (no padding); varied: UniRef-like, padded batches "
         "(run unpadded)",
     )
+    parser.add_argument(
+        "--global-batch-tokens",
+        type=int,
+        help="batches cut by tokens as `run train --global-batch-tokens` cuts them (micro-batches of up to --mbs x "
+        "seq_length tokens; --nmb, --num-workers and --pin-memory unused); tokens/s and FLOP/s over the timed steps",
+    )
     parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS)
     parser.add_argument("--profile", metavar="DIR", help="write the GPU time by operator of steps 6-7 into DIR")
     parser.add_argument("--sync-debug", action="store_true", help="print where steps 6-7 wait for the GPU")
@@ -328,10 +365,15 @@ def main() -> None:
             print(f"{name}: failed\n{out.stderr[-3000:]}")
             continue
         results[mode, n] = json.loads(line[len("RESULT ") :])
-    print(
-        f"model {json.dumps(model)}; micro-batch {args.mbs} x {args.nmb} per step; loader workers "
-        f"{args.num_workers}, pinned {args.pin_memory}; sequence lengths {args.lengths}"
+    batches = (
+        f"micro-batch {args.mbs} x {args.nmb} per step; loader workers {args.num_workers}, pinned {args.pin_memory}"
     )
+    if args.global_batch_tokens:
+        batches = (
+            f"up to {args.global_batch_tokens:,} tokens per step in micro-batches of up to {args.mbs} x "
+            f"{model['seq_length']} tokens (the recipe's loader)"
+        )
+    print(f"model {json.dumps(model)}; {batches}; sequence lengths {args.lengths}")
     ceiling = gemm_tflops()
     peak = args.peak_tflops
     print(f"8192^3 bf16 matmul: {ceiling:.0f} TFLOP/s ({ceiling / peak:.0%} of the {peak:.0f} TFLOP/s peak)")
@@ -341,13 +383,16 @@ def main() -> None:
     per_gpu = " per GPU" if counts != [1] else ""
     for (mode, n), r in results.items():
         step_flops = samples * sum(train_flops(model, r["padded_vocab"], k) for k in lengths) / len(lengths)
-        flops = step_flops / r["median_step_s"] / 1e12
+        flops = r.get("tflops", step_flops / r["median_step_s"] / 1e12)
+        rate = r.get("tokens_per_s", tokens / r["median_step_s"])
         name = label(mode, n)
         scaling = ""
         if (mode, counts[0]) in results and n != counts[0]:
-            scaling = f", {results[mode, counts[0]]['median_step_s'] / r['median_step_s']:.1%} of {counts[0]} GPU's"
+            first = results[mode, counts[0]]
+            scaling = f", {rate / first.get('tokens_per_s', tokens / first['median_step_s']):.1%} of {counts[0]} GPU's"
+        per_step = f" ({r['sequences_per_step']:.0f} sequences)" if "sequences_per_step" in r else ""
         print(
-            f"{name:8} {r['median_step_s'] * 1e3:8.1f} ms/step {tokens / r['median_step_s']:12,.0f} tokens/s{per_gpu} "
+            f"{name:8} {r['median_step_s'] * 1e3:8.1f} ms/step{per_step} {rate:12,.0f} tokens/s{per_gpu} "
             f"{flops:6.1f} TFLOP/s = {flops / args.peak_tflops:5.1%} of peak (target >= 50%), "
             f"{r['max_memory_gib']:.1f} GiB{scaling}"
         )

@@ -26,7 +26,7 @@ SHARED = {
     "--strategy", "--tensor-parallel", "--pipeline-parallel", "--context-parallel", "--precision",
     "--micro-batch-size", "--global-batch-size", "--truncate", "--verbose",
 }  # fmt: skip
-TRAIN_ONLY = {"--max-steps", "--val-check-interval", "--lr", "--no-resume", "--seed"}
+TRAIN_ONLY = {"--max-steps", "--val-check-interval", "--lr", "--no-resume", "--seed", "--global-batch-tokens"}
 PREDICT_ONLY = {
     "--include", "--write-interval", "--layer", "--output-dtype", "--tokens-per-batch", "--unpadded", "--overwrite",
 }  # fmt: skip

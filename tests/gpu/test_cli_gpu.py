@@ -152,3 +152,35 @@ def test_gpu_recipe_trains_at_its_precision(tmp_path, logs):
     assert settings["precision"] == "bf16-mixed"
     assert (settings["micro_batch_size"], settings["global_batch_size"]) == (16, 32)
     assert "bf16-mixed" in output  # the summary's precision row
+
+
+TOKEN_LAYOUTS = [
+    pytest.param([], id="1gpu", marks=pytest.mark.gpu),
+    pytest.param(["--devices", "2"], id="dp2", marks=pytest.mark.multi_gpu),
+    pytest.param(
+        ["--devices", "2", "--tensor-parallel", "2", "--strategy", "megatron"], id="tp2", marks=pytest.mark.multi_gpu
+    ),
+]
+
+
+@pytest.mark.parametrize("layout", TOKEN_LAYOUTS)
+def test_batches_cut_by_tokens_train_alike_on_every_layout(tmp_path, logs, layout, request):
+    """`run train --global-batch-tokens` under megatron: micro-batches of as many sequences as fit 2 x 1026 tokens
+    (about 40 of the demo's), 8 per step on one GPU and 4 per rank on two; 2 GPUs follow 1 GPU's loss curve."""
+    name = request.node.callspec.id
+    run = tmp_path / "run"
+    args = ["run", "train", "--global-batch-tokens", "16384", "--micro-batch-size", "2", "--output-dir", str(run)]
+    _, output = bionemo(
+        [*args, "--max-steps", "30", "--val-check-interval", "15", *layout], logs / f"tokens_{name}.log"
+    )
+    assert "micro-batch(es) of about 2,048 tokens" in " ".join(output.replace("│", " ").split())
+    assert read_metadata(run / "model.safetensors")["steps"] == 30
+    losses = train_losses(run)
+    (logs / f"tokens_losses_{name}.json").write_text(json.dumps(losses))
+    steps = sorted(losses)
+    assert losses[steps[-1]] < losses[steps[0]]
+    if name != "1gpu":
+        reference = json.loads((logs / "tokens_losses_1gpu.json").read_text())
+        assert {int(k) for k in reference} == set(losses)
+        for step, loss in reference.items():
+            assert losses[int(step)] == pytest.approx(loss, rel=LOSS_REL), step

@@ -16,7 +16,7 @@ from bionemo.esm2.tokenizer import encoded_length
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
 
-__all__ = ["batch_label", "precision_label", "train"]
+__all__ = ["batch_label", "precision_label", "split_records", "train", "training_data"]
 
 TRAIN_WORKERS = 2
 """DataLoader worker processes that tokenize and mask training samples on GPU machines. In the main process the
@@ -120,7 +120,7 @@ def _fit(
     megatron = uses_megatron(settings)
     module = _module(settings, defaults, megatron, start)
     max_steps = defaults.value(settings, "max_steps")
-    data = _data(settings, defaults, train_records, val, max_steps, steps)
+    data = training_data(settings, defaults, train_records, val, max_steps, steps)
     checkpoints = out / "checkpoints"
     resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
     trainer = _trainer(
@@ -180,7 +180,7 @@ def _module(settings: RunSettings, defaults: RecipeDefaults, megatron: bool, sta
     )
 
 
-def _data(
+def training_data(
     settings: RunSettings, defaults: RecipeDefaults, train: list, val: list, max_steps: int, steps: TokenSteps | None
 ) -> Any:
     """Masked training and validation sets; one pass over the training view is the whole run.
