@@ -16,7 +16,7 @@ from bionemo.esm2.data.demo import demo_families
 from bionemo.esm2.data.mlm import MaskedTokenBatches
 from bionemo.esm2.data.readers import SequenceRecord
 from bionemo.esm2.data.token_batches import TokenBatches
-from bionemo.esm2.recipes.token_steps import TokenSteps, token_steps
+from bionemo.esm2.recipes.token_steps import TokenSteps, token_steps, training_tokens
 from bionemo.esm2.tokenizer import ProteinTokenizer
 from bionemo.recipes.registry import RecipeDefaults
 from bionemo.recipes.resolved import resolved_training_settings
@@ -51,8 +51,6 @@ def test_batches_by_count_need_no_split():
 @pytest.mark.parametrize(
     ("values", "option", "message"),
     [
-        ({"pipeline_parallel": 2, "devices": 2}, "--global-batch-tokens", "--pipeline-parallel or --context-parallel"),
-        ({"context_parallel": 2, "devices": 2}, "--global-batch-tokens", "--pipeline-parallel or --context-parallel"),
         ({"micro_batch_size": 1}, "--micro-batch-size", "give --micro-batch-size of at least 2"),
         ({"global_batch_tokens": 300}, "--global-batch-tokens", "give at least 400"),
     ],
@@ -106,6 +104,23 @@ def test_resolved_settings_keep_the_micro_batch_size_and_leave_the_global_batch_
     with pytest.raises(SettingsError, match="give one or the other") as error:
         resolved_training_settings(RunSettings(global_batch_tokens=5000, global_batch_size=8), defaults, gpu=True)
     assert error.value.option == "--global-batch-tokens"
+
+
+@pytest.mark.parametrize(
+    ("given", "gpu", "expected"),
+    [
+        ({}, True, 256 * 1026),  # GPUs: the recipe's 256 full-length sequences in tokens
+        ({}, False, None),  # CPUs: by count
+        ({"global_batch_size": 64}, True, None),  # by count when asked for
+        ({"micro_batch_size": 4}, True, 256 * 1026),  # a smaller micro-batch only bounds the micro-batches' tokens
+        ({"global_batch_tokens": 5000}, False, 5000),
+        ({"global_batch_tokens": 5000}, True, 5000),
+    ],
+)
+def test_training_cuts_batches_by_tokens_on_gpus_unless_a_global_batch_size_is_given(given, gpu, expected):
+    from bionemo.esm2.recipes import esm2_650m
+
+    assert training_tokens(RunSettings.model_validate(given), esm2_650m().defaults, gpu=gpu) == expected
 
 
 def _records(n: int, seed: int = 0) -> list[SequenceRecord]:

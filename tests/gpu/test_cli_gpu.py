@@ -160,13 +160,20 @@ TOKEN_LAYOUTS = [
     pytest.param(
         ["--devices", "2", "--tensor-parallel", "2", "--strategy", "megatron"], id="tp2", marks=pytest.mark.multi_gpu
     ),
+    pytest.param(
+        ["--devices", "2", "--pipeline-parallel", "2", "--strategy", "megatron"], id="pp2", marks=pytest.mark.multi_gpu
+    ),
+    pytest.param(
+        ["--devices", "2", "--context-parallel", "2", "--strategy", "megatron"], id="cp2", marks=pytest.mark.multi_gpu
+    ),
 ]
 
 
 @pytest.mark.parametrize("layout", TOKEN_LAYOUTS)
 def test_batches_cut_by_tokens_train_alike_on_every_layout(tmp_path, logs, layout, request):
     """`run train --global-batch-tokens` under megatron: micro-batches of as many sequences as fit 2 x 1026 tokens
-    (about 40 of the demo's), 8 per step on one GPU and 4 per rank on two; 2 GPUs follow 1 GPU's loss curve."""
+    (about 40 of the demo's), 8 per step on one data-parallel rank and 4 each on two; every 2-GPU layout
+    (pipeline parallelism: megatron sends each micro-batch's shape between stages) follows 1 GPU's loss curve."""
     name = request.node.callspec.id
     run = tmp_path / "run"
     args = ["run", "train", "--global-batch-tokens", "16384", "--micro-batch-size", "2", "--output-dir", str(run)]

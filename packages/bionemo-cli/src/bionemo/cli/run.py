@@ -219,7 +219,8 @@ def _as_typed(name: str, program: str, path: str | None) -> str:
         min=1,
         help="Batches cut by tokens: up to this many per optimizer step, all devices (residues + 2 per sequence, no "
         "padding; similar lengths share a micro-batch), in micro-batches of up to --micro-batch-size x the model's "
-        "sequence length tokens; instead of --global-batch-size. Default: batches by count.",
+        "sequence length tokens; instead of --global-batch-size. Default: on GPUs the recipe's global batch size x "
+        "its sequence length (unless --global-batch-size is given); on CPUs batches by count.",
     ),
     *training_options(
         max_steps="Optimizer steps. Default: the recipe's.",

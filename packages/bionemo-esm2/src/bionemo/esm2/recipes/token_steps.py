@@ -7,9 +7,10 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from bionemo.recipes.registry import RecipeDefaults
 from bionemo.recipes.settings import RunSettings, SettingsError
 
-__all__ = ["TokenSteps", "token_steps"]
+__all__ = ["TokenSteps", "token_steps", "training_tokens"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +45,18 @@ class TokenSteps:
         )
 
 
+def training_tokens(settings: RunSettings, defaults: RecipeDefaults, *, gpu: bool) -> int | None:
+    """Tokens per step of a training run, or None for batches by count.
+
+    ``--global-batch-tokens`` as given; on GPUs without ``--global-batch-size`` the recipe's global batch of
+    full-length sequences (``defaults.global_batch_size`` x ``seq_length`` tokens: as many sequences a step as by count
+    when all are full-length, more when they are shorter, in micro-batches of the same memory); on CPUs by count.
+    """
+    if settings.global_batch_tokens is not None or settings.global_batch_size is not None or not gpu:
+        return settings.global_batch_tokens
+    return defaults.global_batch_size * defaults.model["seq_length"]
+
+
 def token_steps(settings: RunSettings, seq_length: int, lengths: dict[str, Sequence[int]]) -> TokenSteps | None:
     """The split of ``settings.global_batch_tokens`` (None: batches by count) for records of these token ``lengths``.
 
@@ -54,19 +67,12 @@ def token_steps(settings: RunSettings, seq_length: int, lengths: dict[str, Seque
         lengths: Tokens of each record, by set (``training``, ``validation``).
 
     Raises:
-        SettingsError: ``--global-batch-tokens`` with pipeline or context parallelism; micro-batches or a budget
-            that cannot hold two of the longest sequences each (a micro-batch could come out empty); a set with
-            fewer sequences than the micro-batches of a step.
+        SettingsError: Micro-batches or a budget that cannot hold two of the longest sequences each (a
+            micro-batch could come out empty); a set with fewer sequences than the micro-batches of a step.
     """
     budget = settings.global_batch_tokens
     if budget is None:
         return None
-    if settings.pipeline_parallel > 1 or settings.context_parallel > 1:
-        raise SettingsError(
-            "batches cut by tokens run with data and tensor parallelism (--devices, --tensor-parallel); with "
-            "--pipeline-parallel or --context-parallel give batches by count (--global-batch-size)",
-            "--global-batch-tokens",
-        )
     micro = settings.micro_batch_size or 1
     longest = max(max(sizes) for sizes in lengths.values())
     if micro * seq_length < 2 * longest:

@@ -11,7 +11,7 @@ from typing import Any
 from bionemo.esm2.recipes._measured import finite, shown
 from bionemo.esm2.recipes.inputs import checked_checkpoint, checked_checkpoint_header, datamodule
 from bionemo.esm2.recipes.model_settings import check_same_shape, checked_model_settings, model_config
-from bionemo.esm2.recipes.token_steps import TokenSteps, token_steps
+from bionemo.esm2.recipes.token_steps import TokenSteps, token_steps, training_tokens
 from bionemo.esm2.tokenizer import encoded_length
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
 from bionemo.recipes.settings import Precision, RunSettings, SettingsError
@@ -27,6 +27,9 @@ of a step the smaller the model; with workers the GPU does not wait for it
 
 def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> SummaryRows:
     """Train on ``--data`` (default: freshly generated demo families) and export ``model.safetensors``.
+
+    Batches by count, or cut by tokens (:func:`~bionemo.esm2.recipes.token_steps.training_tokens`: asked for, or on
+    GPUs without ``--global-batch-size``).
 
     With ``--checkpoint`` training starts from those weights (continued pretraining / fine-tuning); the
     checkpoint's shape must be the recipe's. ``defaults`` are the recipe's (``recipe`` its name).
@@ -55,6 +58,7 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     out = settings.output_dir or Path("bionemo_runs") / recipe
     check_hardware(settings)
     given, gpu = settings, accelerator(settings) == "gpu"
+    settings = settings.model_copy(update={"global_batch_tokens": training_tokens(settings, defaults, gpu=gpu)})
     settings = resolved_training_settings(settings, defaults, gpu=gpu)  # on CPUs with the recipe's CPU defaults
     max_residues = model["seq_length"] - 2
     data = settings.data
