@@ -12,19 +12,20 @@ length), plus 2*h*vocab for the output layer, times 3 for forward and backward; 
 50% of the GPU's bf16 dense peak at the 650M shape. Figures: docs/benchmarks.md#training-throughput-as-a-share-of-
 peak.
 
-``--global-batch-tokens N`` cuts the batches by tokens as ``bionemo run train --global-batch-tokens N`` does (up to N
-tokens per step in micro-batches of up to ``--mbs`` x seq_length tokens, the recipe's loader); steps then differ, so
-tokens/s and FLOP/s are totals over the timed steps.
+Batches are cut by tokens as ``bionemo run train`` cuts them on GPUs: up to ``--mbs`` x ``--nmb`` x seq_length tokens
+per GPU and step (or ``--global-batch-tokens``) in micro-batches of up to ``--mbs`` x seq_length tokens, the recipe's
+loader; steps then differ, so tokens/s and FLOP/s are totals over the timed steps. Full-length sequences make the
+same micro-batches as ``--by-count`` (``--mbs`` sequences each, ``--nmb`` per step: ``run train --global-batch-size``).
 
 ``--devices 1,2`` also trains data-parallel on 2 GPUs (each GPU ``--mbs`` x ``--nmb`` per step) and reports per-GPU
 throughput against one GPU's (the multi-GPU target: >= 95%).
 
 Usage (GPU machine): python tools/bench_recipe_throughput.py [--mbs 32 --nmb 8 --steps 25] [--model hidden_size=1024
     --model num_attention_heads=16 ...] [--peak-tflops 989] [--num-workers 2] [--no-pin-memory] [--modes sdpa,local]
-    [--lengths full|varied] [--profile DIR]: a table of GPU time by operator over steps 6-7, and how much of that
-    window the GPU was busy, its idle gaps by size and by the kernels around them (the profiled steps are not timed
-    apart; use --steps 15 or more so the median is not one of them) [--sync-debug]: where the host waits for the GPU
-    in steps 6-7 (each synchronizing call with its callers)
+    [--lengths full|varied] [--by-count | --global-batch-tokens N] [--profile DIR]: a table of GPU time by operator
+    over steps 6-7, and how much of that window the GPU was busy, its idle gaps by size and by the kernels around
+    them (the profiled steps are not timed apart; use --steps 15 or more so the median is not one of them)
+    [--sync-debug]: where the host waits for the GPU in steps 6-7 (each synchronizing call with its callers)
 GPU smoke (CUDA only, no CPU run): python tools/bench_recipe_throughput.py --mbs 2 --nmb 2 --steps 8 --modes sdpa
     --model num_layers=2 --model hidden_size=64 --model num_attention_heads=4 --model ffn_hidden_size=128
 Exits 1 if a mode failed.
@@ -91,17 +92,23 @@ def _model(args: argparse.Namespace) -> dict[str, Any]:
     return model
 
 
-def sequence_lengths(args: argparse.Namespace, model: dict[str, Any]) -> list[int]:
+def token_budget(args: argparse.Namespace, model: dict[str, Any], devices: int) -> int | None:
+    """Tokens per step (``run train``'s default on GPUs: ``--mbs`` x ``--nmb`` full-length sequences per GPU), or
+    None with ``--by-count``."""
+    if args.by_count:
+        return None
+    return args.global_batch_tokens or args.mbs * args.nmb * devices * model["seq_length"]
+
+
+def sequence_lengths(args: argparse.Namespace, model: dict[str, Any], budget: int | None = None) -> list[int]:
     """Residues of the training records: all ``seq_length - 2`` (``full``), or log-normal (``varied``).
 
-    256 records, or with ``--global-batch-tokens`` enough for every step's budget (a pass is then the whole run).
+    256 records, or with a token ``budget`` enough for every step's (a pass is then the whole run).
     """
     longest = model["seq_length"] - 2
     count = 256
-    if args.global_batch_tokens:
-        count = max(
-            count, int(1.3 * args.steps * args.global_batch_tokens / (longest if args.lengths == "full" else 300))
-        )
+    if budget:
+        count = max(count, int(1.3 * args.steps * budget / (longest if args.lengths == "full" else 300)))
     if args.lengths == "full":
         return [longest] * count
     import numpy as np
@@ -146,16 +153,17 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
 
     model = _model(args)
     tokenizer = ProteinTokenizer()
+    devices = int(args.devices)
+    budget = token_budget(args, model, devices)
     rng = random.Random(0)
     residues = "ACDEFGHIKLMNPQRSTVWY"
     records = [
         SequenceRecord(f"s{i}", "".join(rng.choice(residues) for _ in range(length)))
-        for i, length in enumerate(sequence_lengths(args, model))
+        for i, length in enumerate(sequence_lengths(args, model, budget))
     ]
-    devices = int(args.devices)
     batches: dict[str, Any] = {"global_batch_size": args.mbs * args.nmb * devices}
-    if args.global_batch_tokens:
-        batches = {"global_batch_tokens": args.global_batch_tokens}
+    if budget:
+        batches = {"global_batch_tokens": budget}
     settings = RunSettings.model_validate(
         {"precision": Precision.BF16, "devices": devices, "micro_batch_size": args.mbs, **batches}
     )
@@ -176,7 +184,7 @@ def measure(args: argparse.Namespace) -> dict[str, float]:
             config=OptimizerConfig(optimizer="adam", lr=1e-4, bf16=True, use_distributed_optimizer=True)
         ),
     )
-    if args.global_batch_tokens:  # the recipe's token batches and loader, as `run train --global-batch-tokens`
+    if budget:  # the recipe's token batches and loader, as `run train` cuts them on GPUs
         lengths = [len(r.sequence) + 2 for r in records]
         steps = token_steps(settings, model["seq_length"], {"training": lengths})
         assert steps is not None
@@ -330,8 +338,14 @@ def main() -> None:
     parser.add_argument(
         "--global-batch-tokens",
         type=int,
-        help="batches cut by tokens as `run train --global-batch-tokens` cuts them (micro-batches of up to --mbs x "
-        "seq_length tokens; --nmb, --num-workers and --pin-memory unused); tokens/s and FLOP/s over the timed steps",
+        help="tokens per step over all GPUs (default: --mbs x --nmb x seq_length per GPU, as `run train` on GPUs)",
+    )
+    parser.add_argument(
+        "--by-count",
+        action="store_true",
+        help="batches of --mbs sequences, --nmb per step (`run train --global-batch-size`); by default batches are "
+        "cut by tokens as `run train` cuts them on GPUs (micro-batches of up to --mbs x seq_length tokens, the "
+        "recipe's loader: --num-workers and --pin-memory unused)",
     )
     parser.add_argument("--peak-tflops", type=float, default=H200_BF16_DENSE_TFLOPS)
     parser.add_argument("--profile", metavar="DIR", help="write the GPU time by operator of steps 6-7 into DIR")
@@ -368,10 +382,10 @@ def main() -> None:
     batches = (
         f"micro-batch {args.mbs} x {args.nmb} per step; loader workers {args.num_workers}, pinned {args.pin_memory}"
     )
-    if args.global_batch_tokens:
+    if token_budget(args, model, 1):
         batches = (
-            f"up to {args.global_batch_tokens:,} tokens per step in micro-batches of up to {args.mbs} x "
-            f"{model['seq_length']} tokens (the recipe's loader)"
+            f"up to {token_budget(args, model, counts[0]):,} tokens per step on {counts[0]} GPU(s) in micro-batches "
+            f"of up to {args.mbs} x {model['seq_length']} tokens (the recipe's loader)"
         )
     print(f"model {json.dumps(model)}; {batches}; sequence lengths {args.lengths}")
     ceiling = gemm_tflops()
