@@ -84,7 +84,8 @@ def test_esm2_8m_trains_a_cpu_sized_run_on_cpus_and_the_demo_keeps_its_own():
     assert on_cpu.max_steps * on_cpu.global_batch_size < recipe.max_steps * recipe.global_batch_size / 1000
     on_gpu = resolved_training_settings(RunSettings(recipe="esm2-8m"), recipe, gpu=True)
     assert (on_gpu.max_steps, on_gpu.global_batch_size) == (recipe.max_steps, recipe.global_batch_size)
-    assert demo().defaults.for_training(gpu=False) == demo().defaults  # CPU-sized already
+    # CPU-sized already; on CPUs batches by count
+    assert demo().defaults.for_training(gpu=False) == dataclasses.replace(demo().defaults, tokens_on_gpus=False)
 
 
 @pytest.mark.parametrize("given", [{"max_steps": 0}, {"global_batch_size": -1}, {"micro_batch_size": True}])
@@ -98,7 +99,10 @@ def test_recipes_show_prints_the_defaults_and_names_the_cpu_ones(tmp_path):
     shown = runner.invoke(app, ["recipes", "show", "esm2-8m"])
     assert shown.exit_code == 0
     config = json.loads(shown.stdout)  # stdout stays a valid --config
-    assert (config["max_steps"], config["global_batch_size"]) == (esm2_8m().defaults.max_steps, 256)
+    assert (config["max_steps"], config["global_batch_size"]) == (esm2_8m().defaults.max_steps, None)
+    assert config["global_batch_tokens"] == 256 * 1026  # on GPUs: batches cut by tokens, 256 full-length sequences
+    on_cpus = json.loads(runner.invoke(app, ["recipes", "show", "esm2-8m", "--cpu"]).stdout)
+    assert (on_cpus["global_batch_size"], on_cpus["global_batch_tokens"]) == (32, None)
     assert "Training on CPUs uses max_steps 500, global_batch_size 32, val_check_interval 100" in shown.stderr
     on_cpu = runner.invoke(app, ["recipes", "show", "esm2-8m", "--cpu"])
     assert on_cpu.exit_code == 0

@@ -179,3 +179,14 @@ def test_cli_refuses_a_budget_too_small_with_exit_code_2_and_writes_nothing(tmp_
     longest = max(len(r.sequence) for r in demo_families(seed=0)[0]) + 2  # the demo data, <cls> and <eos>
     assert f"give at least {2 * longest}" in " ".join(result.output.replace("│", " ").split())
     assert not out.exists()
+
+
+def test_recipes_that_cut_by_tokens_on_gpus_need_a_sequence_length_and_show_their_budget():
+    defaults = {"micro_batch_size": 4, "global_batch_size": 8, "max_steps": 1, "val_check_interval": 1, "lr": 0.1}
+    with pytest.raises(ValueError, match="needs the model's seq_length"):
+        RecipeDefaults(**defaults, precision=Precision.BF16, tokens_on_gpus=True)
+    recipe = RecipeDefaults(**defaults, precision=Precision.BF16, tokens_on_gpus=True, model={"seq_length": 100})
+    assert recipe.global_batch_tokens() == 800
+    assert (recipe.as_settings()["global_batch_size"], recipe.as_settings()["global_batch_tokens"]) == (None, 800)
+    assert recipe.for_training(gpu=False).global_batch_tokens() is None
+    assert recipe.for_training(gpu=False).as_settings()["global_batch_size"] == 8

@@ -108,6 +108,9 @@ class RecipeDefaults:
     Stored read-only."""
     cpu: CPUDefaults | None = None
     """Run length and batch sizes of training on CPUs, where they differ from the above (:meth:`for_training`)."""
+    tokens_on_gpus: bool = False
+    """Training on GPUs cuts batches by tokens unless a global batch size is given: up to :attr:`global_batch_size`
+    sequences of the model's ``seq_length`` per step (:meth:`global_batch_tokens`). On CPUs batches are by count."""
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -123,12 +126,18 @@ class RecipeDefaults:
         object.__setattr__(self, "model", MappingProxyType(dict(self.model)))
         if self.cpu is not None and not isinstance(self.cpu, CPUDefaults):
             raise TypeError(f"RecipeDefaults.cpu must be a CPUDefaults or None, got {type(self.cpu).__name__}")
+        if self.tokens_on_gpus and not isinstance(self.model.get("seq_length"), int):
+            raise ValueError("RecipeDefaults.tokens_on_gpus needs the model's seq_length (an int)")
 
     def for_training(self, *, gpu: bool) -> "RecipeDefaults":
-        """The defaults a training run uses: on CPUs (``gpu=False``) with :attr:`cpu`'s values in place of these."""
-        if gpu or self.cpu is None:
+        """The defaults a training run uses: on CPUs (``gpu=False``) by count, with :attr:`cpu`'s values in place."""
+        if gpu:
             return self
-        return replace(self, **self.cpu.as_settings(), cpu=None)
+        return replace(self, **(self.cpu.as_settings() if self.cpu else {}), cpu=None, tokens_on_gpus=False)
+
+    def global_batch_tokens(self) -> int | None:
+        """Tokens per step of a training run on GPUs given no batch size (:attr:`tokens_on_gpus`), else None."""
+        return self.global_batch_size * self.model["seq_length"] if self.tokens_on_gpus else None
 
     @overload
     def value(self, settings: "RunSettings", name: Literal["lr"]) -> float: ...
@@ -146,10 +155,15 @@ class RecipeDefaults:
         return getattr(self, name) if given is None else given
 
     def as_settings(self) -> dict[str, Any]:
-        """These defaults as ``RunSettings`` input (a ``--config`` file's content): plain values, ``model`` a dict."""
+        """These defaults as ``RunSettings`` input (a ``--config`` file's content): plain values, ``model`` a dict.
+
+        With :attr:`tokens_on_gpus` the batches are ``global_batch_tokens`` (the global batch size left unset).
+        """
+        tokens = self.global_batch_tokens()
         return {
             "micro_batch_size": self.micro_batch_size,
-            "global_batch_size": self.global_batch_size,
+            "global_batch_size": None if tokens else self.global_batch_size,
+            **({"global_batch_tokens": tokens} if tokens else {}),
             "max_steps": self.max_steps,
             "val_check_interval": self.val_check_interval,
             "lr": self.lr,

@@ -113,6 +113,7 @@ def demo() -> ESM2Recipe:
             lr=1e-3,
             precision=Precision.FP32,
             model=_model(DEMO_SHAPE),
+            tokens_on_gpus=True,
         ),
     )
 
@@ -131,6 +132,7 @@ def gpu() -> ESM2Recipe:
             lr=4e-4,
             precision=Precision.BF16,
             model=GPU_MODEL,
+            tokens_on_gpus=True,
         ),
     )
 
@@ -154,6 +156,7 @@ def _family(name: str, cpu: CPUDefaults | None = None) -> ESM2Recipe:
             precision=Precision.BF16,
             model=_model(shape),
             cpu=cpu,
+            tokens_on_gpus=True,
         ),
     )
 

@@ -48,13 +48,14 @@ class TokenSteps:
 def training_tokens(settings: RunSettings, defaults: RecipeDefaults, *, gpu: bool) -> int | None:
     """Tokens per step of a training run, or None for batches by count.
 
-    ``--global-batch-tokens`` as given; on GPUs without ``--global-batch-size`` the recipe's global batch of
-    full-length sequences (``defaults.global_batch_size`` x ``seq_length`` tokens: as many sequences a step as by count
-    when all are full-length, more when they are shorter, in micro-batches of the same memory); on CPUs by count.
+    ``--global-batch-tokens`` as given; without it or ``--global-batch-size`` the recipe's
+    (:meth:`~bionemo.recipes.registry.RecipeDefaults.global_batch_tokens`: on GPUs, the ESM-2 recipes' global batch
+    of full-length sequences in tokens: as many sequences a step as by count when all are full-length, more when
+    they are shorter, in micro-batches of the same memory); on CPUs by count.
     """
-    if settings.global_batch_tokens is not None or settings.global_batch_size is not None or not gpu:
+    if settings.global_batch_tokens is not None or settings.global_batch_size is not None:
         return settings.global_batch_tokens
-    return defaults.global_batch_size * defaults.model["seq_length"]
+    return defaults.for_training(gpu=gpu).global_batch_tokens()
 
 
 def token_steps(settings: RunSettings, seq_length: int, lengths: dict[str, Sequence[int]]) -> TokenSteps | None:
