@@ -107,12 +107,18 @@ LAYOUT_OPTIONS = (
     option(int | None, "--pipeline-parallel", min=1, help="Pipeline-parallel size (megatron). Default: 1."),
     option(int | None, "--context-parallel", min=1, help="Context-parallel size (megatron). Default: 1."),
     option(Precision | None, "--precision", help="Numeric precision. Default: the recipe's."),
-    option(int | None, "--micro-batch-size", min=1, help="Sequences per batch per device. Default: the recipe's."),
+    option(
+        int | None,
+        "--micro-batch-size",
+        min=1,
+        help="Sequences per batch per device (run train by tokens: micro-batches of up to this many full-length "
+        "sequences' tokens). Default: the recipe's.",
+    ),
     option(
         int | None,
         "--global-batch-size",
         min=1,
-        help="Sequences per optimizer step, all devices. Default: the recipe's.",
+        help="Sequences per optimizer step, all devices (training: batches by count). Default: the recipe's.",
     ),
 )
 """Where a run goes (devices, nodes, accelerator), how the model is split over them, its precision and batch sizes."""
