@@ -154,22 +154,7 @@ def test_gpu_recipe_trains_at_its_precision(tmp_path, logs):
     assert "bf16-mixed" in output  # the summary's precision row
 
 
-TOKEN_LAYOUTS = [
-    pytest.param([], id="1gpu", marks=pytest.mark.gpu),
-    pytest.param(["--devices", "2"], id="dp2", marks=pytest.mark.multi_gpu),
-    pytest.param(
-        ["--devices", "2", "--tensor-parallel", "2", "--strategy", "megatron"], id="tp2", marks=pytest.mark.multi_gpu
-    ),
-    pytest.param(
-        ["--devices", "2", "--pipeline-parallel", "2", "--strategy", "megatron"], id="pp2", marks=pytest.mark.multi_gpu
-    ),
-    pytest.param(
-        ["--devices", "2", "--context-parallel", "2", "--strategy", "megatron"], id="cp2", marks=pytest.mark.multi_gpu
-    ),
-]
-
-
-@pytest.mark.parametrize("layout", TOKEN_LAYOUTS)
+@pytest.mark.parametrize("layout", LAYOUTS)
 def test_batches_cut_by_tokens_train_alike_on_every_layout(tmp_path, logs, layout, request):
     """`run train --global-batch-tokens` under megatron: micro-batches of as many sequences as fit 2 x 1026 tokens
     (about 40 of the demo's), 8 per step on one data-parallel rank and 4 each on two; every 2-GPU layout

@@ -54,15 +54,7 @@ class MaskedProteinDataset(Dataset):
 
     def __getitem__(self, item: int) -> dict[str, torch.Tensor]:
         index = item % len(self.records)
-        ids = self.tokenizer.encode(self.records[index].sequence)
-        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + item)
-        tokens, labels = mask_tokens(ids, self.tokenizer, self.mask_prob, gen)
-        return {
-            "tokens": tokens,
-            "labels": labels,
-            "loss_mask": (labels >= 0).float(),
-            "sample_index": torch.tensor(index),
-        }
+        return _masked_item(self, index, self.seed * 1_000_003 + item)
 
 
 class MaskedTokenBatches(Dataset):
@@ -95,18 +87,17 @@ class MaskedTokenBatches(Dataset):
 
     def __getitem__(self, item: int) -> list[dict[str, torch.Tensor]]:
         epoch = self.batches.pass_of(item // self.batches.parts)
-        return [self._masked(index, epoch) for index in self.batches.records(item)]
+        seed = self.seed * 1_000_003 + epoch
+        return [
+            _masked_item(self, index, (seed * 1_000_000_007 + index) % 2**64) for index in self.batches.records(item)
+        ]
 
-    def _masked(self, index: int, epoch: int) -> dict[str, torch.Tensor]:
-        ids = self.tokenizer.encode(self.records[index].sequence)
-        gen = torch.Generator().manual_seed(((self.seed * 1_000_003 + epoch) * 1_000_000_007 + index) % 2**64)
-        tokens, labels = mask_tokens(ids, self.tokenizer, self.mask_prob, gen)
-        return {
-            "tokens": tokens,
-            "labels": labels,
-            "loss_mask": (labels >= 0).float(),
-            "sample_index": torch.tensor(index),
-        }
+
+def _masked_item(data: MaskedProteinDataset | MaskedTokenBatches, index: int, seed: int) -> dict[str, torch.Tensor]:
+    """Record ``index`` of ``data`` masked with the generator seeded by ``seed``: a training item."""
+    ids = data.tokenizer.encode(data.records[index].sequence)
+    tokens, labels = mask_tokens(ids, data.tokenizer, data.mask_prob, torch.Generator().manual_seed(seed))
+    return {"tokens": tokens, "labels": labels, "loss_mask": (labels >= 0).float(), "sample_index": torch.tensor(index)}
 
 
 class PredictionDataset(Dataset):
