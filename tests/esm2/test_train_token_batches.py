@@ -91,14 +91,9 @@ def test_a_set_smaller_than_a_step_s_micro_batches_is_refused():
 
 
 def test_resolved_settings_keep_the_micro_batch_size_and_leave_the_global_batch_size_unset():
-    defaults = RecipeDefaults(
-        micro_batch_size=16,
-        global_batch_size=256,
-        max_steps=10,
-        val_check_interval=5,
-        lr=1e-3,
-        precision=Precision.BF16,
-    )
+    from bionemo.esm2.recipes import esm2_650m
+
+    defaults = esm2_650m().defaults  # micro-batches of 16, global batches of 256
     run = resolved_training_settings(RunSettings(global_batch_tokens=5000, devices=3), defaults, gpu=True)
     assert (run.micro_batch_size, run.global_batch_size, run.global_batch_tokens) == (16, None, 5000)
     with pytest.raises(SettingsError, match="give one or the other") as error:
