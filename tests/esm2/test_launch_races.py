@@ -33,15 +33,15 @@ def test_concurrent_writers_never_expose_a_partial_file(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["demo.fasta"]  # no temporary files left
 
 
-def _records_seen_by_rank(tmp_path: Path, monkeypatch, **environment: str) -> list:
+def _records_seen_by_rank(tmp_path: Path, monkeypatch, **environment: str) -> tuple[list, list]:
     for name in ("LOCAL_RANK", "NODE_RANK", "GROUP_RANK", "RANK", "SLURM_PROCID", "SLURM_LOCALID"):
         monkeypatch.delenv(name, raising=False)
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     seen = {}
 
-    def fit(settings, defaults, recipe, records, out, start):
-        seen["records"] = records
+    def fit(settings, defaults, recipe, split, out, start, steps):
+        seen["records"] = split
 
     monkeypatch.setattr(train_module, "_fit", fit)
     settings = RunSettings(output_dir=tmp_path / "run", accelerator="cpu")  # pyright: ignore[reportArgumentType]
@@ -51,13 +51,13 @@ def _records_seen_by_rank(tmp_path: Path, monkeypatch, **environment: str) -> li
 
 def test_a_torchrun_rank_started_before_the_file_exists_trains_on_the_demo_records(tmp_path, monkeypatch):
     records = _records_seen_by_rank(tmp_path, monkeypatch, LOCAL_RANK="1", RANK="1")
-    assert records == demo_families(seed=0)[0]
+    assert records == train_module.split_records(demo_families(seed=0)[0], 0)
     assert not (tmp_path / "run" / "data" / "demo_train.fasta").exists()  # local rank 0 writes it
 
 
 def test_slurm_tasks_without_local_rank_write_the_same_whole_file(tmp_path, monkeypatch):
     first = _records_seen_by_rank(tmp_path, monkeypatch, SLURM_PROCID="0", SLURM_LOCALID="0")
     second = _records_seen_by_rank(tmp_path, monkeypatch, SLURM_PROCID="1", SLURM_LOCALID="1")
-    assert first == second == demo_families(seed=0)[0]
+    assert first == second == train_module.split_records(demo_families(seed=0)[0], 0)
     fasta = tmp_path / "run" / "data" / "demo_train.fasta"
-    assert fasta.read_text().count(">") == len(first)
+    assert fasta.read_text().count(">") == len(first[0]) + len(first[1])
