@@ -178,8 +178,9 @@ def test_cli_refuses_a_budget_too_small_with_exit_code_2_and_writes_nothing(tmp_
 
 def test_recipes_that_cut_by_tokens_on_gpus_need_a_sequence_length_and_show_their_budget():
     defaults = {"micro_batch_size": 4, "global_batch_size": 8, "max_steps": 1, "val_check_interval": 1, "lr": 0.1}
+    without = RecipeDefaults(**defaults, precision=Precision.BF16, tokens_on_gpus=True)
     with pytest.raises(ValueError, match="needs the model's seq_length"):
-        RecipeDefaults(**defaults, precision=Precision.BF16, tokens_on_gpus=True)
+        without.global_batch_tokens()
     recipe = RecipeDefaults(**defaults, precision=Precision.BF16, tokens_on_gpus=True, model={"seq_length": 100})
     assert recipe.global_batch_tokens() == 800
     assert (recipe.as_settings()["global_batch_size"], recipe.as_settings()["global_batch_tokens"]) == (None, 800)

@@ -126,8 +126,6 @@ class RecipeDefaults:
         object.__setattr__(self, "model", MappingProxyType(dict(self.model)))
         if self.cpu is not None and not isinstance(self.cpu, CPUDefaults):
             raise TypeError(f"RecipeDefaults.cpu must be a CPUDefaults or None, got {type(self.cpu).__name__}")
-        if self.tokens_on_gpus and not isinstance(self.model.get("seq_length"), int):
-            raise ValueError("RecipeDefaults.tokens_on_gpus needs the model's seq_length (an int)")
 
     def for_training(self, *, gpu: bool) -> "RecipeDefaults":
         """The defaults a training run uses: on CPUs (``gpu=False``) by count, with :attr:`cpu`'s values in place."""
@@ -136,8 +134,18 @@ class RecipeDefaults:
         return replace(self, **(self.cpu.as_settings() if self.cpu else {}), cpu=None, tokens_on_gpus=False)
 
     def global_batch_tokens(self) -> int | None:
-        """Tokens per step of a training run on GPUs given no batch size (:attr:`tokens_on_gpus`), else None."""
-        return self.global_batch_size * self.model["seq_length"] if self.tokens_on_gpus else None
+        """Tokens per step of a training run on GPUs given no batch size (:attr:`tokens_on_gpus`), else None.
+
+        Raises:
+            ValueError: :attr:`tokens_on_gpus` is set but the model has no integer ``seq_length`` (checked here,
+                not at construction, so that a recipe's own check of its model settings speaks first).
+        """
+        if not self.tokens_on_gpus:
+            return None
+        seq_length = self.model.get("seq_length")
+        if isinstance(seq_length, bool) or not isinstance(seq_length, int):
+            raise ValueError(f"RecipeDefaults.tokens_on_gpus needs the model's seq_length (an int), got {seq_length!r}")
+        return self.global_batch_size * seq_length
 
     @overload
     def value(self, settings: "RunSettings", name: Literal["lr"]) -> float: ...
