@@ -5,13 +5,20 @@ tests/gpu/test_unpadded_gpu.py and the HF parity tests on GPUs.
 """
 
 import importlib.util
+from typing import Any
 
 import pytest
 import torch
 
 from bionemo.layers.rotary import RotarySelfAttention, apply_rotary, rotary_tables
 from bionemo.lightning import ensure_model_parallel
-from support.attention import angles, self_attention
+
+
+def angles(n: int, d: int, *shape: int) -> torch.Tensor:
+    """ESM-2 style non-interleaved angles ``[n, *shape, d]`` (both halves equal), fp32."""
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, d, 2).float() / d))
+    freqs = torch.outer(torch.arange(n, dtype=torch.float32), inv_freq)
+    return torch.cat((freqs, freqs), dim=-1).reshape(n, *shape, d)
 
 
 def megatron_rope(t: torch.Tensor, freqs: torch.Tensor) -> torch.Tensor:
@@ -29,6 +36,17 @@ def test_apply_rotary_equals_megatron_on_strided_query_slices(dtype):
     freqs = angles(s, d, 1, 1)
     cos, sin = rotary_tables(freqs, dtype)
     torch.testing.assert_close(apply_rotary(query, cos, sin), megatron_rope(query, freqs), rtol=0, atol=0)
+
+
+def _attention(module_class: type, config) -> Any:
+    from megatron.core.transformer.enums import AttnMaskType
+    from megatron.core.transformer.spec_utils import build_module
+
+    from bionemo.layers import sdpa_layer_spec
+
+    spec = sdpa_layer_spec(AttnMaskType.padding).submodules.self_attention
+    spec.module = module_class
+    return build_module(spec, config=config, layer_number=1)
 
 
 @pytest.mark.parametrize("unpadded", [False, True])
@@ -49,7 +67,7 @@ def test_rotary_self_attention_equals_megatron_self_attention(unpadded):
         attention_dropout=0.0,
         hidden_dropout=0.0,
     )
-    ours, theirs = self_attention(RotarySelfAttention, config), self_attention(SelfAttention, config)
+    ours, theirs = _attention(RotarySelfAttention, config), _attention(SelfAttention, config)
     theirs.load_state_dict(ours.state_dict())
     lengths = [5, 9, 3]
     if unpadded:
@@ -148,7 +166,7 @@ def test_angles_made_under_inference_mode_are_shared_too(monkeypatch):
     monkeypatch.setattr(rotary, "rotary_tables", lambda f, d: calls.append(d) or rotary_tables(f, d))
     with torch.inference_mode():
         freqs = angles(7, 8, 1, 1)
-        first = rotary.shared_rotary_tables(freqs, torch.bfloat16)
-        assert rotary.shared_rotary_tables(freqs, torch.bfloat16) is first
-        rotary.shared_rotary_tables(freqs.clone(), torch.bfloat16)
+        first = rotary._shared_tables(freqs, torch.bfloat16)
+        assert rotary._shared_tables(freqs, torch.bfloat16) is first
+        rotary._shared_tables(freqs.clone(), torch.bfloat16)
     assert len(calls) == 2

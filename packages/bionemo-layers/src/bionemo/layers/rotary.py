@@ -16,7 +16,6 @@ angles, megatron's per-sequence packed format) go to megatron unchanged.
 Switch: ``BIONEMO_FUSED_ROPE=0`` runs the eager arithmetic on GPUs too.
 """
 
-import dataclasses
 import os
 import weakref
 from typing import Any
@@ -26,7 +25,7 @@ from megatron.core.transformer.attention import SelfAttention
 
 from bionemo.layers._triton import triton_importable
 
-__all__ = ["RotarySelfAttention", "apply_rotary", "fused_rotary_available", "rotary_tables", "shared_rotary_tables"]
+__all__ = ["RotarySelfAttention", "apply_rotary", "fused_rotary_available", "rotary_tables"]
 
 
 def rotary_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
@@ -41,7 +40,7 @@ def rotary_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor
 _last_tables: tuple[weakref.ref, torch.dtype, int, tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
-def shared_rotary_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+def _shared_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`rotary_tables` of ``freqs``, computed once while the same angles tensor comes back.
 
     Every layer of a forward gets the model's one angles tensor (and a model caches it per sequence length), so
@@ -110,12 +109,6 @@ class RotarySelfAttention(SelfAttention):
         angles = kwargs.get("rotary_pos_emb")
         if args or not self._handles(angles, kwargs):
             return super().forward(hidden_states, attention_mask, *args, **kwargs)
-        packed = kwargs.get("packed_seq_params")
-        if self._rotates_in_core_attention(hidden_states, packed):
-            packed = dataclasses.replace(packed, rotary_angles=angles)  # pyright: ignore[reportArgumentType]
-            return super().forward(
-                hidden_states, attention_mask, **{**kwargs, "rotary_pos_emb": None, "packed_seq_params": packed}
-            )
         self._angles = angles
         try:
             return super().forward(hidden_states, attention_mask, **{**kwargs, "rotary_pos_emb": None})
@@ -128,18 +121,8 @@ class RotarySelfAttention(SelfAttention):
         if self._angles is None or not split_qkv:
             return out
         query, key, value = out
-        cos, sin = shared_rotary_tables(self._angles, query.dtype)
+        cos, sin = _shared_tables(self._angles, query.dtype)
         return apply_rotary(query, cos, sin), apply_rotary(key, cos, sin), value
-
-    def _rotates_in_core_attention(self, hidden_states: torch.Tensor, packed: Any) -> bool:
-        """Unpadded prediction on :class:`SDPACoreAttention`'s Triton kernel, which rotates as it loads."""
-        from bionemo.layers.sdpa_attention import SDPACoreAttention, UnpaddedSequences, triton_attention_available
-
-        return (
-            isinstance(packed, UnpaddedSequences)
-            and isinstance(self.core_attention, SDPACoreAttention)
-            and triton_attention_available(hidden_states)
-        )
 
     def _handles(self, angles: Any, kwargs: dict[str, Any]) -> bool:
         """Plain non-interleaved RoPE on one angles tensor, outside megatron's inference and fused paths."""

@@ -12,7 +12,6 @@ block-diagonal mask (the same maths, ``T x T`` memory: for tests and small input
 """
 
 import contextlib
-import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,13 +30,7 @@ try:  # torch >= 2.9
 except ImportError:  # pragma: no cover - older torch: the block-diagonal fallback
     varlen_attn = None
 
-__all__ = [
-    "SDPACoreAttention",
-    "UnpaddedSequences",
-    "sdpa_layer_spec",
-    "triton_attention_available",
-    "varlen_attention_available",
-]
+__all__ = ["SDPACoreAttention", "UnpaddedSequences", "sdpa_layer_spec", "varlen_attention_available"]
 
 _CAUSAL_MASK_TYPES = frozenset({AttnMaskType.causal, AttnMaskType.padding_causal, AttnMaskType.causal_bottom_right})
 """megatron's mask types under which a query attends to no later key (``causal_bottom_right``: aligned to the
@@ -87,26 +80,6 @@ def varlen_attention_available(dtype: torch.dtype) -> bool:
     return varlen_attn is not None and torch.cuda.is_available() and dtype in (torch.float16, torch.bfloat16)
 
 
-TRITON_ATTENTION_SWITCH = "BIONEMO_TRITON_ATTENTION"
-"""Set to ``0`` to run unpadded prediction on torch's variable-length flash kernel and separate RoPE kernels."""
-
-
-def triton_attention_available(x: torch.Tensor) -> bool:
-    """Whether unpadded attention on ``x``'s device runs :mod:`bionemo.layers._varlen_attention_triton`'s kernel.
-
-    That kernel is forward-only: CUDA, no gradient being recorded (prediction), Triton importable, and
-    ``BIONEMO_TRITON_ATTENTION`` not ``0``; the query's dtype (fp16 / bf16) is checked where it is known.
-    """
-    from bionemo.layers._triton import triton_importable
-
-    return (
-        x.is_cuda
-        and not torch.is_grad_enabled()
-        and os.environ.get(TRITON_ATTENTION_SWITCH, "1") != "0"
-        and triton_importable()
-    )
-
-
 @dataclass
 class UnpaddedSequences(PackedSeqParams):
     """Sequences concatenated without padding (megatron's ``thd`` format), for :class:`SDPACoreAttention`.
@@ -121,10 +94,6 @@ class UnpaddedSequences(PackedSeqParams):
     longest: int = 0
     sequence_ids: torch.Tensor | None = None
     positions: torch.Tensor | None = None
-    rotary_angles: torch.Tensor | None = None
-    """Per-token RoPE angles ``[T, 1, head_dim]`` still to apply to query and key, by the core attention:
-    :class:`bionemo.layers.rotary.RotarySelfAttention` leaves the rotation to :class:`SDPACoreAttention` where
-    :func:`triton_attention_available` (it is then applied as the attention kernel loads its tiles)."""
 
     def __post_init__(self) -> None:
         self.qkv_format = "thd"
@@ -234,22 +203,12 @@ class SDPACoreAttention(MegatronModule):
             raise ValueError("unpadded sequences: context_parallel_size 1 only")
         tokens, heads, head_dim = query.shape
         bounds = packed.boundaries
-        half = query.dtype in (torch.float16, torch.bfloat16)
-        rotary = None
-        if packed.rotary_angles is not None:
-            from bionemo.layers.rotary import shared_rotary_tables
-
-            rotary = shared_rotary_tables(packed.rotary_angles, query.dtype)
-        if bounds is not None and half and key.shape[1] == heads and triton_attention_available(query):
-            from bionemo.layers._varlen_attention_triton import attend_unpadded
-
-            out = attend_unpadded(query, key, value, bounds, packed.longest, scale=self.softmax_scale, rotary=rotary)
-            return out.reshape(tokens, heads * head_dim)
-        if rotary is not None:
-            from bionemo.layers.rotary import apply_rotary
-
-            query, key = (apply_rotary(t.unsqueeze(1), *rotary).squeeze(1) for t in (query, key))
-        if varlen_attn is not None and bounds is not None and query.is_cuda and half:
+        if (
+            varlen_attn is not None
+            and bounds is not None
+            and query.is_cuda
+            and query.dtype in (torch.float16, torch.bfloat16)
+        ):
             out = varlen_attn(
                 query, key, value, bounds, bounds, packed.longest, packed.longest,
                 scale=self.softmax_scale,
