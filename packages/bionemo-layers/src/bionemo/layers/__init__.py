@@ -5,6 +5,7 @@
 - :mod:`~bionemo.layers.rotary`: self-attention whose RoPE is one Triton kernel per tensor on GPUs;
 - :mod:`~bionemo.layers.layer_norm`: LayerNorm in Triton on GPUs;
 - :mod:`~bionemo.layers.fused_bias_linear`: parallel linears that add the bias inside the matrix multiply;
+- :mod:`~bionemo.layers.gelu_epilogue`: an MLP whose first matrix multiply applies GELU too, in GPU prediction;
 - :mod:`~bionemo.layers.context_parallel`: sequence chunks and key / value gathers for bidirectional encoders;
 - :mod:`~bionemo.layers.lora`: LoRA adapters on megatron-core's tensor-parallel linears;
 - :mod:`~bionemo.layers.keyed_dropout`: dropout whose masks are the same on every parallel layout.
@@ -28,6 +29,7 @@ from bionemo.layers.fused_bias_linear import (
     FusedBiasRowParallelLinear,
     LinearIntoMainGrad,
 )
+from bionemo.layers.gelu_epilogue import GeluEpilogueMLP
 from bionemo.layers.keyed_dropout import KeyedDropout, keyed_dropout, set_dropout_step
 from bionemo.layers.layer_norm import TritonLayerNorm, local_layer_norm, triton_layer_norm_enabled
 from bionemo.layers.lora import (
@@ -51,6 +53,7 @@ from bionemo.layers.sdpa_attention import (
 __all__ = [
     "FusedBiasColumnParallelLinear",
     "FusedBiasRowParallelLinear",
+    "GeluEpilogueMLP",
     "KeyedDropout",
     "LinearIntoMainGrad",
     "LoRAConfig",

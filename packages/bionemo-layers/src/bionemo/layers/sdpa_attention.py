@@ -229,7 +229,8 @@ def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> Modul
 
     Self-attention is :class:`bionemo.layers.rotary.RotarySelfAttention` (megatron's, with a fused RoPE); the
     linear layers add their bias inside the matrix multiply without tensor parallelism
-    (:mod:`bionemo.layers.fused_bias_linear`); the layers' LayerNorms are :mod:`bionemo.layers.layer_norm`'s
+    (:mod:`bionemo.layers.fused_bias_linear`), and in prediction on GPUs the MLP's first one its GELU too
+    (:mod:`bionemo.layers.gelu_epilogue`); the layers' LayerNorms are :mod:`bionemo.layers.layer_norm`'s
     (:class:`~bionemo.layers.layer_norm.TritonLayerNorm` unless ``BIONEMO_TRITON_LAYERNORM=0``).
 
     Args:
@@ -239,6 +240,7 @@ def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> Modul
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
     from bionemo.layers.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
+    from bionemo.layers.gelu_epilogue import GeluEpilogueMLP
     from bionemo.layers.layer_norm import local_layer_norm
     from bionemo.layers.rotary import RotarySelfAttention
 
@@ -251,6 +253,7 @@ def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> Modul
     attention, mlp = spec.submodules.self_attention.submodules, spec.submodules.mlp.submodules
     attention.linear_qkv, attention.linear_proj = FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
     mlp.linear_fc1, mlp.linear_fc2 = FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
+    spec.submodules.mlp.module = GeluEpilogueMLP
     spec.submodules.self_attention.params = {"attn_mask_type": attn_mask_type}
     spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
     return spec
