@@ -4,6 +4,7 @@ The CUDA-only decision is stood in for on CPU, where ``torch._addmm_activation``
 fusion; tests/gpu/test_gelu_epilogue_gpu.py checks the cuBLASLt epilogue's accuracy on a GPU.
 """
 
+import logging
 from typing import Any
 
 import pytest
@@ -11,11 +12,12 @@ import torch
 import torch.nn.functional as F
 
 import bionemo.layers.gelu_epilogue as epilogue
-from bionemo.layers import GeluEpilogueMLP, LoRAConfig, apply_lora
+from bionemo.layers import EpilogueTransformerLayer, GeluEpilogueMLP, LoRAConfig, apply_lora
 from bionemo.lightning import ensure_model_parallel
 
 
-def _mlp(dtype: torch.dtype = torch.float32, **settings):
+def _layer(dtype: torch.dtype = torch.float32, **settings) -> Any:
+    """One transformer layer of the local layer spec (megatron builds its MLP), weights ~N(0, 0.3)."""
     from megatron.core.transformer.enums import AttnMaskType
     from megatron.core.transformer.spec_utils import build_module
     from megatron.core.transformer.transformer_config import TransformerConfig
@@ -28,13 +30,24 @@ def _mlp(dtype: torch.dtype = torch.float32, **settings):
         num_layers=1, hidden_size=32, ffn_hidden_size=64, num_attention_heads=4, use_cpu_initialization=True,
         activation_func=F.gelu, params_dtype=dtype, **settings,
     )  # fmt: skip
-    spec = sdpa_layer_spec(AttnMaskType.padding).submodules.mlp
-    assert spec.module is GeluEpilogueMLP  # the local layer spec builds it
-    mlp: Any = build_module(spec, config=config)
+    layer: Any = build_module(sdpa_layer_spec(AttnMaskType.padding), config=config)
     with torch.no_grad():
-        for p in mlp.parameters():
+        for p in layer.parameters():
             p.normal_(0, 0.3)
-    return mlp.to(dtype).eval()
+    return layer.to(dtype).eval()
+
+
+def _mlp(dtype: torch.dtype = torch.float32, **settings) -> Any:
+    return _layer(dtype, **settings).mlp
+
+
+def test_the_local_spec_builds_its_mlp_as_megatron_does_then_runs_it_as_gelu_epilogue_mlp(caplog):
+    """megatron passes the MLP its tensor-parallel group (it warns for an MLP class it does not know)."""
+    with caplog.at_level(logging.WARNING):
+        layer = _layer()
+    assert type(layer.mlp) is GeluEpilogueMLP
+    assert isinstance(layer, EpilogueTransformerLayer)
+    assert not [r for r in caplog.records if "MLP type" in r.getMessage()]
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from bionemo.layers.fused_bias_linear import (
     FusedBiasRowParallelLinear,
     LinearIntoMainGrad,
 )
-from bionemo.layers.gelu_epilogue import GeluEpilogueMLP
+from bionemo.layers.gelu_epilogue import EpilogueTransformerLayer, GeluEpilogueMLP
 from bionemo.layers.keyed_dropout import KeyedDropout, keyed_dropout, set_dropout_step
 from bionemo.layers.layer_norm import TritonLayerNorm, local_layer_norm, triton_layer_norm_enabled
 from bionemo.layers.lora import (
@@ -51,6 +51,7 @@ from bionemo.layers.sdpa_attention import (
 )
 
 __all__ = [
+    "EpilogueTransformerLayer",
     "FusedBiasColumnParallelLinear",
     "FusedBiasRowParallelLinear",
     "GeluEpilogueMLP",

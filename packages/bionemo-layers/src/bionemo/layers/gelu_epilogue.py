@@ -15,6 +15,11 @@ the rounding of the pre-activation makes the result closer to an fp64 reference 
 H100, ESM-2 scaled inputs: largest error 8.0e-3 against 1.6e-2, mean 2.9e-4 against 4.2e-4). fp32 runs, training
 and every other case are megatron's MLP unchanged, so fp32 parity with Hugging Face's exact GELU is untouched.
 
+megatron-core's ``TransformerLayer`` passes its tensor-parallel group only to an MLP whose spec names ``MLP`` itself
+(and warns about any other class), so :func:`bionemo.layers.sdpa_layer_spec` builds its layers as
+:class:`EpilogueTransformerLayer`: megatron's layer, whose ``MLP`` (built by megatron, with its group) is then a
+:class:`GeluEpilogueMLP` (a subclass that adds no state, only the forward above).
+
 Switch: ``BIONEMO_GELU_EPILOGUE=0`` runs megatron's two kernels in prediction too.
 """
 
@@ -24,10 +29,11 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from megatron.core.transformer.mlp import MLP
+from megatron.core.transformer.transformer_layer import TransformerLayer
 
 from bionemo.layers.fused_bias_linear import computes_locally
 
-__all__ = ["SWITCH", "GeluEpilogueMLP", "gelu_epilogue_applies"]
+__all__ = ["SWITCH", "EpilogueTransformerLayer", "GeluEpilogueMLP", "gelu_epilogue_applies"]
 
 SWITCH = "BIONEMO_GELU_EPILOGUE"
 
@@ -63,3 +69,15 @@ class GeluEpilogueMLP(MLP):
         rows = hidden_states.reshape(-1, hidden_states.shape[-1])
         intermediate = torch._addmm_activation(fc1.bias, rows, fc1.weight.t(), use_gelu=True)  # pyright: ignore[reportPrivateImportUsage]
         return self.linear_fc2(intermediate.view(*hidden_states.shape[:-1], intermediate.shape[-1]))
+
+
+class EpilogueTransformerLayer(TransformerLayer):
+    """megatron-core's ``TransformerLayer`` (same arguments) whose megatron-built ``MLP`` runs as :class:`GeluEpilogueMLP`.
+
+    Only an MLP of exactly megatron's class is converted (a spec naming another MLP class keeps it).
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if type(self.mlp) is MLP:
+            self.mlp.__class__ = GeluEpilogueMLP

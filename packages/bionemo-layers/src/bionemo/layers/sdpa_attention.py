@@ -240,7 +240,7 @@ def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> Modul
     from megatron.core.transformer.torch_norm import WrappedTorchNorm
 
     from bionemo.layers.fused_bias_linear import FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
-    from bionemo.layers.gelu_epilogue import GeluEpilogueMLP
+    from bionemo.layers.gelu_epilogue import EpilogueTransformerLayer
     from bionemo.layers.layer_norm import local_layer_norm
     from bionemo.layers.rotary import RotarySelfAttention
 
@@ -253,7 +253,7 @@ def sdpa_layer_spec(attn_mask_type: AttnMaskType = AttnMaskType.causal) -> Modul
     attention, mlp = spec.submodules.self_attention.submodules, spec.submodules.mlp.submodules
     attention.linear_qkv, attention.linear_proj = FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
     mlp.linear_fc1, mlp.linear_fc2 = FusedBiasColumnParallelLinear, FusedBiasRowParallelLinear
-    spec.submodules.mlp.module = GeluEpilogueMLP
+    spec.module = EpilogueTransformerLayer  # megatron's layer; its MLP runs as GeluEpilogueMLP
     spec.submodules.self_attention.params = {"attn_mask_type": attn_mask_type}
     spec.submodules.self_attention.submodules.core_attention = SDPACoreAttention
     return spec
