@@ -72,7 +72,7 @@ class GeluEpilogueMLP(MLP):
 
 
 class EpilogueTransformerLayer(TransformerLayer):
-    """megatron-core's ``TransformerLayer`` (same arguments) whose megatron-built ``MLP`` runs as :class:`GeluEpilogueMLP`.
+    """megatron-core's ``TransformerLayer`` (same arguments); its ``MLP`` runs as :class:`GeluEpilogueMLP`.
 
     Only an MLP of exactly megatron's class is converted (a spec naming another MLP class keeps it).
     """
