@@ -15,7 +15,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from support.cli_runs import BIONEMO, CPU_ONLY, bionemo
+from support.cli_runs import BIONEMO, CPU_ONLY, bionemo, two_at_a_time
 
 pytestmark = pytest.mark.multiprocess
 
@@ -43,14 +43,23 @@ def _assert_same_weights(found: dict[str, torch.Tensor], expected: dict[str, tor
 def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("layouts")
     out = {name: root / name for name in ("one", "micro8", "ddp", "ddp_killed")}
-    bionemo(*COMMON, "--micro-batch-size", "4", "--max-steps", "6", "--output-dir", str(out["one"]), cwd=root)
-    bionemo(*COMMON, "--micro-batch-size", "8", "--max-steps", "4", "--output-dir", str(out["micro8"]), cwd=root)
     ddp = ("--devices", "2", "--micro-batch-size", "4")
-    bionemo(*COMMON, *ddp, "--max-steps", "4", "--output-dir", str(out["ddp"]), cwd=root)
     killed = [*COMMON, *ddp, "--max-steps", "6", "--output-dir", str(out["ddp_killed"])]
-    _kill_after_first_checkpoint(killed, out["ddp_killed"], cwd=root)
-    result = bionemo(*killed, cwd=root)
-    assert "resuming from" in result.stderr
+
+    def killed_then_rerun() -> subprocess.CompletedProcess:
+        _kill_after_first_checkpoint(killed, out["ddp_killed"], cwd=root)
+        return bionemo(*killed, cwd=root)
+
+    def train(name: str, *args: str) -> subprocess.CompletedProcess:
+        return bionemo(*COMMON, *args, "--output-dir", str(out[name]), cwd=root)
+
+    *_, rerun = two_at_a_time(
+        lambda: train("one", "--micro-batch-size", "4", "--max-steps", "6"),
+        lambda: train("micro8", "--micro-batch-size", "8", "--max-steps", "4"),
+        lambda: train("ddp", *ddp, "--max-steps", "4"),
+        killed_then_rerun,
+    )
+    assert "resuming from" in rerun.stderr
     return out
 
 

@@ -6,12 +6,13 @@ resumed run ends as the uninterrupted one.
 """
 
 import csv
+import subprocess
 from pathlib import Path
 
 import pytest
 from safetensors.torch import load_file
 
-from support.cli_runs import bionemo
+from support.cli_runs import bionemo, two_at_a_time
 
 pytestmark = pytest.mark.multiprocess
 
@@ -30,14 +31,20 @@ def runs(tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("token_batches")
     out = {name: root / name for name in ("one", "ddp", "resumed")}
     steps = ("--max-steps", "6", "--val-check-interval", "3")
-    result = bionemo(*COMMON, *steps, "--output-dir", str(out["one"]), cwd=root)
-    assert "3 micro-batch(es) of about 1,000 tokens x 1 data-parallel rank(s)" in " ".join(
-        result.stdout.replace("│", " ").split()
+
+    def stopped_then_resumed() -> subprocess.CompletedProcess:
+        bionemo(*COMMON, "--max-steps", "3", "--val-check-interval", "3", "--output-dir", str(out["resumed"]), cwd=root)
+        return bionemo(*COMMON, *steps, "--output-dir", str(out["resumed"]), cwd=root)
+
+    one, _, resumed = two_at_a_time(
+        lambda: bionemo(*COMMON, *steps, "--output-dir", str(out["one"]), cwd=root),
+        lambda: bionemo(*COMMON, *steps, "--devices", "2", "--output-dir", str(out["ddp"]), cwd=root),
+        stopped_then_resumed,
     )
-    bionemo(*COMMON, *steps, "--devices", "2", "--output-dir", str(out["ddp"]), cwd=root)
-    bionemo(*COMMON, "--max-steps", "3", "--val-check-interval", "3", "--output-dir", str(out["resumed"]), cwd=root)
-    result = bionemo(*COMMON, *steps, "--output-dir", str(out["resumed"]), cwd=root)
-    assert "resuming from" in result.stderr
+    assert "3 micro-batch(es) of about 1,000 tokens x 1 data-parallel rank(s)" in " ".join(
+        one.stdout.replace("│", " ").split()
+    )
+    assert "resuming from" in resumed.stderr
     return out
 
 

@@ -3,7 +3,10 @@
 import os
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 BIONEMO = [sys.executable, "-m", "bionemo.cli"]
 
@@ -18,3 +21,13 @@ def bionemo(*args: str, cwd: Path, timeout: int = 600) -> subprocess.CompletedPr
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     return result
+
+
+def two_at_a_time(*runs: Callable[[], Any]) -> list[Any]:
+    """Call ``runs`` (independent command runs), two at once; their results in order.
+
+    A run's start-up is mostly one core's imports, so two overlap well on the 2-core CI machine (a module's
+    fixture of several runs then takes about half as long); an exception in a run is raised here.
+    """
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        return list(pool.map(lambda run: run(), runs))

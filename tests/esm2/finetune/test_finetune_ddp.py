@@ -9,6 +9,7 @@ masks are keyed by (seed, step, sample, element), so every layout draws the same
 """
 
 import csv
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from support.cli_runs import CPU_ONLY
+from support.cli_runs import CPU_ONLY, two_at_a_time
 from support.finetune_data import write_csv
 from support.hf_esm import random_hf_esm
 
@@ -71,7 +72,8 @@ def runs(tmp_path_factory) -> dict[tuple[str, str], Path]:
     write_csv(root / "train.csv", 64, seed=1)
     write_csv(root / "val.csv", 18, seed=2)
     pairs = {(encoder, "one") for encoder in ENCODERS} | {(e, layout) for e, *layouts in COMPARED for layout in layouts}
-    return {pair: _run(root, *pair) for pair in sorted(pairs)}
+    order = sorted(pairs)
+    return dict(zip(order, two_at_a_time(*(functools.partial(_run, root, *pair) for pair in order)), strict=True))
 
 
 def _rows(run: Path) -> list[dict[str, str]]:
