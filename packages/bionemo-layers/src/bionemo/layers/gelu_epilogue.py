@@ -2,12 +2,12 @@
 
 Without Transformer Engine, megatron-core 0.15.3's MLP runs GELU as its own kernel after the first linear layer: it
 reads and writes the ``[tokens, ffn_hidden_size]`` activations once more, 9-11% of an ESM-2 prediction batch's GPU
-time (docs/benchmarks.md#prediction-throughput-against-transformers). ``torch._addmm_activation(..., use_gelu=True)``
+time (docs/benchmarks.md#prediction-kernels). ``torch._addmm_activation(..., use_gelu=True)``
 runs cuBLASLt's bias + GELU epilogue instead: GELU's tanh form (megatron's fused bias-GELU uses it too), computed on
 the fp32 accumulator before the result is rounded to bf16 / fp16.
 
-:class:`GeluEpilogueMLP` takes that path only where nothing tells the two apart: prediction (no gradient recorded,
-the epilogue has no backward), CUDA, weights and inputs in bf16 or fp16, a first linear that computes locally
+:class:`GeluEpilogueMLP` takes that path only in half-precision prediction: no gradient recorded (the
+epilogue has no backward), CUDA, weights and inputs in bf16 or fp16, a first linear that computes locally
 (:func:`bionemo.layers.fused_bias_linear.computes_locally`: one tensor-parallel rank, no LoRA adapter) with a bias,
 exact GELU configured (``activation_func=F.gelu``, no GLU, no megatron fusion). The tanh form differs from the
 exact (erf) GELU by less than 5e-4, below a bf16 rounding step of the activations it is applied to, and skipping
