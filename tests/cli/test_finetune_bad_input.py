@@ -185,9 +185,9 @@ CASES: dict[str, Case] = {
         ["--lora-targets ['nope']: valid are qkv, proj, fc1, fc2"],
     ),
     "global batch tokens and a batch size by count": (
-        _on("train", *CLASSIFY, "--global-batch-tokens", "4096", "--micro-batch-size", "4"),
+        _on("train", *CLASSIFY, "--global-batch-tokens", "4096", "--global-batch-size", "4"),
         "--global-batch-tokens",
-        ["--global-batch-tokens cuts batches by tokens, --micro-batch-size by count: give one or the other"],
+        ["--global-batch-tokens cuts batches by tokens, --global-batch-size by count: give one or the other"],
     ),
     "global batch tokens below two of the longest sequences": (
         _on("train", *CLASSIFY, "--global-batch-tokens", "10"),

@@ -1,8 +1,9 @@
 """`bionemo run finetune` on two DDP processes trains as one process does, full encoder and LoRA, step for step.
 
 The same global batch of 16 as 2 ranks x micro-batch 4 (2 micro-batches each), as 4 micro-batches of 4 on one
-process, and as one micro-batch of 16; and batches cut by tokens (``--global-batch-tokens``) on 2 ranks and on one
-process: the logged training losses, the validation metrics (18 sequences: ranks hold 9 each, none counted twice)
+process, and as one micro-batch of 16; and batches cut by tokens (``--global-batch-tokens``) on 2 ranks, on one
+process, and on one process in micro-batches capped by ``--micro-batch-size`` (accumulated, as ``run train``
+does): the logged training losses, the validation metrics (18 sequences: ranks hold 9 each, none counted twice)
 and the exported weights agree, to rounding. The head drops out 30% of its inputs (``--head-dropout 0.3``): its
 masks are keyed by (seed, step, sample, element), so every layout draws the same ones. ``--head-lr`` differs from
 ``--lr``, so the head's own parameter groups (``lr_mult``) are on the path too.
@@ -24,14 +25,16 @@ from support.hf_esm import random_hf_esm
 
 pytestmark = pytest.mark.multiprocess
 
-TOKENS = "512"
-"""``--global-batch-tokens`` of the runs cut by tokens: about 16 of the 17-47-token sequences per step."""
+TOKENS = "2100"
+"""``--global-batch-tokens`` of the runs cut by tokens: about 65 of the 256 17-47-token sequences per step; with
+``--micro-batch-size 1`` (micro-batches of up to 1 x 1,026 tokens) one process accumulates 3 micro-batches a step."""
 LAYOUTS = {
     "one": ("--devices", "1", "--global-batch-size", "16", "--micro-batch-size", "4"),
     "micro16": ("--devices", "1", "--global-batch-size", "16", "--micro-batch-size", "16"),
     "ddp": ("--devices", "2", "--global-batch-size", "16", "--micro-batch-size", "4"),
     "tokens_one": ("--devices", "1", "--global-batch-tokens", TOKENS),
     "tokens_ddp": ("--devices", "2", "--global-batch-tokens", TOKENS),
+    "tokens_capped": ("--devices", "1", "--global-batch-tokens", TOKENS, "--micro-batch-size", "1"),
 }
 ENCODERS = ("full", "lora")
 COMPARED = [
@@ -39,6 +42,7 @@ COMPARED = [
     ("full", "ddp", "one"),
     ("lora", "ddp", "one"),
     ("full", "tokens_ddp", "tokens_one"),
+    ("full", "tokens_capped", "tokens_one"),
 ]
 """(encoder, layout, the layout it is compared with). Micro-batch 16 and batches cut by tokens for the full encoder
 only: they exercise no code path LoRA changes, and each run costs CI time."""
@@ -62,6 +66,10 @@ def _run(root: Path, encoder: str, layout: str) -> Path:
         timeout=300,
     )
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    if layout == "tokens_capped":
+        assert "3 micro-batch(es) of about 700 tokens x 1 data-parallel rank(s)" in " ".join(
+            result.stdout.replace("│", " ").split()
+        )
     return out
 
 
@@ -69,7 +77,7 @@ def _run(root: Path, encoder: str, layout: str) -> Path:
 def runs(tmp_path_factory) -> dict[tuple[str, str], Path]:
     root = tmp_path_factory.mktemp("finetune_ddp")
     random_hf_esm(root / "base", hidden=32, heads=2, layers=2)
-    write_csv(root / "train.csv", 64, seed=1)
+    write_csv(root / "train.csv", 256, seed=1)
     write_csv(root / "val.csv", 18, seed=2)
     pairs = {(encoder, "one") for encoder in ENCODERS} | {(e, layout) for e, *layouts in COMPARED for layout in layouts}
     order = sorted(pairs)

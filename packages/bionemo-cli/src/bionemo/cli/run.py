@@ -331,8 +331,9 @@ def predict(**options: Any) -> None:
         "--global-batch-tokens",
         min=1,
         help="Batches cut by tokens: up to this many per optimizer step, all devices (residues + 2 per sequence, "
-        "no padding), instead of --micro-batch-size / --global-batch-size. Default: 16,384 on GPUs; on CPUs "
-        "batches of 16 sequences.",
+        "no padding), one micro-batch per device, or with --micro-batch-size micro-batches of up to --micro-batch-size "
+        "x the model's sequence length tokens (as run train); instead of --global-batch-size. Default: 16,384 on "
+        "GPUs; on CPUs batches of 16 sequences.",
     ),
     TRUNCATE,
     VERBOSE,

@@ -184,14 +184,13 @@ class TokenBatchedDataset(Dataset):
         return self.batches.tokens(item)
 
 
-def token_batched(base: Any, settings: Any, steps: int | None) -> TokenBatchedDataset:
+def token_batched(base: Any, settings: Any, steps: int | None, parts: int) -> TokenBatchedDataset:
     """``base`` (a record dataset with ``records``) in :class:`TokenBatches` of a run's ``--global-batch-tokens``.
 
-    One part per data-parallel rank of ``settings`` (a ``RunSettings``), its seed; ``steps``: the training run's
-    optimizer steps (a new order each pass), or None for validation (length order, once).
+    ``parts`` micro-batches per step (the run's global batch in items: every data-parallel rank's micro-batches,
+    :func:`bionemo.esm2.finetune.train.token_split`), the run's seed; ``steps``: the training run's optimizer
+    steps (a new order each pass), or None for validation (length order, once).
     """
     lengths = [encoded_length(record.sequence) for record in base.records]
-    batches = TokenBatches(
-        lengths, settings.global_batch_tokens, parts=settings.data_parallel_size(), seed=settings.seed, steps=steps
-    )
+    batches = TokenBatches(lengths, settings.global_batch_tokens, parts=parts, seed=settings.seed, steps=steps)
     return TokenBatchedDataset(base, batches)

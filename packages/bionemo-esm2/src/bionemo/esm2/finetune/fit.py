@@ -73,12 +73,13 @@ def fit(
         return []
     if frozen:
         total += sum(v.numel() for v in encoder_tensors(start.tensors).values())
-    rows = _export(settings, recipe, spec, data, trainer, tensors, out, start, best, (trainable, total))
+    parts = defaults.value(settings, "global_batch_size")  # items per step; with batches cut by tokens, micro-batches
+    rows = _export(settings, recipe, spec, data, trainer, tensors, out, start, best, (trainable, total), parts)
     seconds = getattr(datamodule, "encode_seconds", None)
     if seconds is not None:
         at = next(i for i, (name, _) in enumerate(rows) if name == "encoder") + 1
         rows.insert(at, ("encoder outputs cached", f"{len(data.train) + len(data.val)} sequences in {seconds:.1f} s"))
-    speed = _speed(timer, datamodule, defaults.value(settings, "global_batch_size"))
+    speed = _speed(timer, datamodule, parts)
     summary = {
         "task": str(spec.task),
         "head": str(spec.head.kind),
@@ -134,12 +135,12 @@ def _speed_rows(speed: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def _token_batch_label(settings: RunSettings) -> str:
-    """Batches cut by tokens, as the summary shows them."""
-    ranks = settings.data_parallel_size()
+def _token_batch_label(settings: RunSettings, parts: int) -> str:
+    """Batches cut by tokens into ``parts`` micro-batches per step, as the summary shows them."""
+    ranks, tokens = settings.data_parallel_size(), settings.global_batch_tokens or 0
     return (
-        f"up to {settings.global_batch_tokens:,} tokens per step (sequences of similar length), "
-        f"split over {ranks} data-parallel rank(s)"
+        f"up to {tokens:,} tokens per step (sequences of similar length): {parts // ranks} micro-batch(es) of about "
+        f"{tokens // parts:,} tokens x {ranks} data-parallel rank(s)"
     )
 
 
@@ -174,8 +175,8 @@ def _datamodule(
         )
         val: Any = LabelledDataset(data.val, spec.labels)
     else:
-        train = token_batched(LabelledDataset(data.train, spec.labels), settings, max_steps)
-        val = token_batched(LabelledDataset(data.val, spec.labels), settings, None)
+        train = token_batched(LabelledDataset(data.train, spec.labels), settings, max_steps, samples_per_step)
+        val = token_batched(LabelledDataset(data.val, spec.labels), settings, None, samples_per_step)
         collate = functools.partial(collate_flat, collate)
     return MegatronDataModule(
         micro_batch_size=defaults.value(settings, "micro_batch_size"),
@@ -232,6 +233,7 @@ def _export(
     start: Any,
     best: Any,
     parameters: tuple[int, int],
+    parts: int,
 ) -> SummaryRows:
     """Write the self-describing ``model.safetensors`` and the curves; the summary rows."""
     import torch
@@ -289,7 +291,7 @@ def _export(
         ("trainable parameters", f"{trainable:,} of {total:,}"),
         ("steps", str(trainer.global_step)),
         ("precision", precision_label(settings)),
-        ("batch", batch_label(settings) if settings.global_batch_tokens is None else _token_batch_label(settings)),
+        ("batch", _token_batch_label(settings, parts) if settings.global_batch_tokens else batch_label(settings)),
         (
             "sequences (train / val)",
             f"{len(data.train)} / {len(data.val)}" + (" (split from --data)" if data.split_from_train else ""),

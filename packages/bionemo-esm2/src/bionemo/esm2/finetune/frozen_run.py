@@ -52,8 +52,8 @@ def frozen_datamodule(
         from bionemo.esm2.finetune.data import token_batched
 
         batched = {
-            "train": functools.partial(token_batched, settings=settings, steps=max_steps),
-            "validation": functools.partial(token_batched, settings=settings, steps=None),
+            "train": functools.partial(token_batched, settings=settings, steps=max_steps, parts=samples_per_step),
+            "validation": functools.partial(token_batched, settings=settings, steps=None, parts=samples_per_step),
         }
     return CachedFeaturesDataModule(
         encoder_factory=functools.partial(_encoder, settings=settings, model=dict(defaults.model), start=start),

@@ -24,6 +24,7 @@ from bionemo.esm2.finetune.tasks import (
     split,
 )
 from bionemo.esm2.recipes.inputs import checked_checkpoint, checked_checkpoint_header
+from bionemo.esm2.recipes.token_steps import TokenSteps, token_steps
 from bionemo.esm2.tokenizer import encoded_length
 from bionemo.recipes.choices import Precision
 from bionemo.recipes.registry import RecipeDefaults, SummaryRows
@@ -38,6 +39,7 @@ __all__ = [
     "lora_recompute",
     "read_labelled_data",
     "token_budget",
+    "token_split",
 ]
 
 FINETUNE_EPOCHS = 10
@@ -92,22 +94,21 @@ def finetune_defaults(
     options: FinetuneOptions,
     train: list[LabelledRecord],
     *,
-    tokens: int | None = None,
-    data_parallel: int = 1,
+    steps: TokenSteps | None = None,
 ) -> RecipeDefaults:
     """Fine-tuning's run defaults: :data:`FINETUNE_EPOCHS` passes, a validation per pass, bf16, and the batches.
 
-    Batches of 16 sequences, or with ``tokens`` (:func:`token_budget`) global batches cut by tokens: items are then
-    micro-batches, one per data-parallel rank per step (``micro_batch_size`` 1, ``global_batch_size``
-    ``data_parallel``), and a pass is the training tokens over ``tokens`` steps. The learning rate depends on what
-    trains (:data:`~bionemo.esm2.finetune.options.DEFAULT_LR`); the model settings are the base checkpoint's.
+    Batches of 16 sequences, or with ``steps`` (:func:`token_split`) global batches cut by tokens: items are then
+    micro-batches, ``steps.parts`` per step (``micro_batch_size`` 1, ``global_batch_size`` ``steps.parts``), and a
+    pass is the training tokens over ``steps.budget`` steps. The learning rate depends on what trains
+    (:data:`~bionemo.esm2.finetune.options.DEFAULT_LR`); the model settings are the base checkpoint's.
     """
-    if tokens is None:
+    if steps is None:
         micro, global_batch = 16, 16
         per_pass = max(1, math.ceil(len(train) / global_batch))
     else:
-        micro, global_batch = 1, data_parallel
-        per_pass = max(1, math.ceil(sum(encoded_length(r.sequence) for r in train) / tokens))
+        micro, global_batch = 1, steps.parts
+        per_pass = max(1, math.ceil(sum(encoded_length(r.sequence) for r in train) / steps.budget))
     return replace(
         recipe,
         micro_batch_size=micro,
@@ -162,13 +163,14 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     check_hardware(settings)
     gpu = accelerator(settings) == "gpu"
     tokens = token_budget(settings, gpu=gpu, data=data)
-    run_defaults = finetune_defaults(
-        defaults, model, options, data.train, tokens=tokens, data_parallel=settings.data_parallel_size()
-    )
+    steps = None if tokens is None else token_split(settings, tokens, data, model["seq_length"])
+    run_defaults = finetune_defaults(defaults, model, options, data.train, steps=steps)
     given = settings
+    if steps is not None:  # items are micro-batches now: the cap was used for the split
+        settings = settings.model_copy(update={"micro_batch_size": None})
     settings = resolved_training_settings(settings, run_defaults, gpu=gpu)
-    if tokens is not None:
-        settings = settings.model_copy(update={"global_batch_tokens": tokens})
+    if steps is not None:
+        settings = settings.model_copy(update={"global_batch_tokens": steps.budget})
     _check_lora_layout(spec, settings)
     if spec.lora is not None and uses_megatron(settings):
         run_defaults = replace(run_defaults, model=lora_recompute(run_defaults.model))
@@ -176,12 +178,12 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     start = checked_checkpoint(header.path)  # the tensors: NaN/Inf
     check_output_dir(out)
     if is_launching_rank():
-        by_count = {} if tokens is None else {"micro_batch_size": None, "global_batch_size": None}
+        by_count = {} if steps is None else {"micro_batch_size": given.micro_batch_size, "global_batch_size": None}
         save_settings(settings.model_copy(update={"output_dir": out, **by_count}), out, training=True, finetuning=True)
         plan = (
             training_plan(given, settings, run_defaults, gpu=gpu)
-            if tokens is None
-            else f"{settings.max_steps} steps x up to {tokens:,} tokens per step"
+            if steps is None
+            else f"{settings.max_steps} steps x {steps.label()}"
         )
         print(f"Fine-tuning ({spec.task}, {spec.head.kind} head, encoder {spec.encoder}): {plan}", flush=True)
     from bionemo.esm2.finetune.fit import fit
@@ -196,26 +198,44 @@ FINETUNE_TOKENS = 16_384
 def token_budget(settings: RunSettings, *, gpu: bool, data: LabelledData) -> int | None:
     """Tokens per global batch, or None for batches by count.
 
-    ``--global-batch-tokens`` as given; on GPUs without any batch size :data:`FINETUNE_TOKENS` (a handful of
-    ~300-residue proteins per step leaves a GPU waiting for the host); on CPUs, or with ``--micro-batch-size`` /
-    ``--global-batch-size``, batches by count.
+    ``--global-batch-tokens`` as given (with ``--micro-batch-size`` as the cap of a micro-batch, see
+    :func:`token_split`); on GPUs without any batch size :data:`FINETUNE_TOKENS` (a handful of ~300-residue
+    proteins per step leaves a GPU waiting for the host); on CPUs, or with ``--micro-batch-size`` /
+    ``--global-batch-size`` alone, batches by count.
 
     Raises:
-        SettingsError: ``--global-batch-tokens`` with a batch size by count, a budget that cannot give every
-            data-parallel rank two of the longest sequences, or fewer sequences than data-parallel ranks.
+        SettingsError: ``--global-batch-tokens`` with ``--global-batch-size``.
     """
-    by_count = [f"--{n.replace('_', '-')}" for n in ("micro_batch_size", "global_batch_size") if getattr(settings, n)]
     tokens = settings.global_batch_tokens
-    if tokens is not None and by_count:
+    if tokens is not None and settings.global_batch_size:
         raise SettingsError(
-            f"--global-batch-tokens cuts batches by tokens, {' and '.join(by_count)} by count: give one or the other",
+            "--global-batch-tokens cuts batches by tokens, --global-batch-size by count: give one or the other",
             "--global-batch-tokens",
         )
-    if tokens is None and (by_count or not gpu):
+    if tokens is None and (settings.micro_batch_size or settings.global_batch_size or not gpu):
         return None
-    tokens = tokens or FINETUNE_TOKENS
+    return tokens or FINETUNE_TOKENS
+
+
+def token_split(settings: RunSettings, tokens: int, data: LabelledData, seq_length: int) -> TokenSteps:
+    """How a step of up to ``tokens`` is split into micro-batches, as ``run train`` splits its steps.
+
+    With ``--micro-batch-size`` micro-batches hold up to that many times ``seq_length`` tokens on average (each rank
+    accumulates as many as that takes: :func:`bionemo.esm2.recipes.token_steps.token_steps`); without it each
+    data-parallel rank takes its share of the step as one micro-batch.
+
+    Raises:
+        SettingsError: A budget or cap that cannot give every micro-batch two of the longest sequences, or fewer
+            sequences than micro-batches in a step.
+    """
+    lengths = {
+        "training": [encoded_length(r.sequence) for r in data.train],
+        "validation": [encoded_length(r.sequence) for r in data.val],
+    }
+    if settings.micro_batch_size is not None:
+        return token_steps(settings.model_copy(update={"global_batch_tokens": tokens}), seq_length, lengths)
     ranks = settings.data_parallel_size()
-    longest = max(encoded_length(r.sequence) for r in (*data.train, *data.val))
+    longest = max(max(sizes) for sizes in lengths.values())
     if tokens < 2 * ranks * longest:
         raise SettingsError(
             f"--global-batch-tokens {tokens} cannot give each of {ranks} data-parallel rank(s) two of the longest "
@@ -223,13 +243,13 @@ def token_budget(settings: RunSettings, *, gpu: bool, data: LabelledData) -> int
             "count with --global-batch-size",
             "--global-batch-tokens",
         )
-    for name, records in (("training", data.train), ("validation", data.val)):
-        if len(records) < ranks:
+    for name, sizes in lengths.items():
+        if len(sizes) < ranks:
             raise SettingsError(
-                f"{len(records)} {name} sequences cannot fill a batch on each of {ranks} data-parallel ranks",
+                f"{len(sizes)} {name} sequences cannot fill a batch on each of {ranks} data-parallel ranks",
                 "--devices",
             )
-    return tokens
+    return TokenSteps(tokens, micro_tokens=tokens, data_parallel=ranks)  # one micro-batch per rank and step
 
 
 LORA_RECOMPUTE_SHARE = 1 / 4
