@@ -8,7 +8,7 @@ self-describing ``model.safetensors`` (:mod:`bionemo.esm2.finetune.spec`).
 """
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -228,12 +228,14 @@ def token_split(settings: RunSettings, tokens: int, data: LabelledData, seq_leng
         SettingsError: A budget or cap that cannot give every micro-batch two of the longest sequences, or fewer
             sequences than micro-batches in a step.
     """
-    lengths = {
+    lengths: dict[str, Sequence[int]] = {
         "training": [encoded_length(r.sequence) for r in data.train],
         "validation": [encoded_length(r.sequence) for r in data.val],
     }
     if settings.micro_batch_size is not None:
-        return token_steps(settings.model_copy(update={"global_batch_tokens": tokens}), seq_length, lengths)
+        steps = token_steps(settings.model_copy(update={"global_batch_tokens": tokens}), seq_length, lengths)
+        assert steps is not None  # a budget was given
+        return steps
     ranks = settings.data_parallel_size()
     longest = max(max(sizes) for sizes in lengths.values())
     if tokens < 2 * ranks * longest:
