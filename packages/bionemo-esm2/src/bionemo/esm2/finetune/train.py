@@ -162,7 +162,7 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     out = settings.output_dir or Path("bionemo_runs") / "finetune"
     check_hardware(settings)
     gpu = accelerator(settings) == "gpu"
-    tokens = token_budget(settings, gpu=gpu, data=data)
+    tokens = token_budget(settings, gpu=gpu)
     steps = None if tokens is None else token_split(settings, tokens, data, model["seq_length"])
     run_defaults = finetune_defaults(defaults, model, options, data.train, steps=steps)
     given = settings
@@ -195,7 +195,7 @@ FINETUNE_TOKENS = 16_384
 """Tokens per global batch of a fine-tuning run on GPUs when no batch size is given."""
 
 
-def token_budget(settings: RunSettings, *, gpu: bool, data: LabelledData) -> int | None:
+def token_budget(settings: RunSettings, *, gpu: bool) -> int | None:
     """Tokens per global batch, or None for batches by count.
 
     ``--global-batch-tokens`` as given (with ``--micro-batch-size`` as the cap of a micro-batch, see
