@@ -135,15 +135,6 @@ def _speed_rows(speed: dict[str, Any]) -> list[tuple[str, str]]:
     return rows
 
 
-def _token_batch_label(settings: RunSettings, parts: int) -> str:
-    """Batches cut by tokens into ``parts`` micro-batches per step, as the summary shows them."""
-    ranks, tokens = settings.data_parallel_size(), settings.global_batch_tokens or 0
-    return (
-        f"up to {tokens:,} tokens per step (sequences of similar length): {parts // ranks} micro-batch(es) of about "
-        f"{tokens // parts:,} tokens x {ranks} data-parallel rank(s)"
-    )
-
-
 def _final_metrics(trainer: Any, spec: FinetuneSpec) -> dict[str, float | None]:
     """The last validation's metrics."""
     import torch
@@ -239,6 +230,7 @@ def _export(
     import torch
 
     from bionemo.esm2.checkpoints.weights import save_weights
+    from bionemo.esm2.recipes.token_steps import split_label
     from bionemo.esm2.recipes.train import batch_label, precision_label
     from bionemo.esm2.tokenizer import ProteinTokenizer
     from bionemo.recipes.plots import plot_curves
@@ -291,7 +283,12 @@ def _export(
         ("trainable parameters", f"{trainable:,} of {total:,}"),
         ("steps", str(trainer.global_step)),
         ("precision", precision_label(settings)),
-        ("batch", _token_batch_label(settings, parts) if settings.global_batch_tokens else batch_label(settings)),
+        (
+            "batch",
+            split_label(settings.global_batch_tokens, parts, settings.data_parallel_size())
+            if settings.global_batch_tokens
+            else batch_label(settings),
+        ),
         (
             "sequences (train / val)",
             f"{len(data.train)} / {len(data.val)}" + (" (split from --data)" if data.split_from_train else ""),

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from bionemo.recipes.registry import RecipeDefaults
 from bionemo.recipes.settings import RunSettings, SettingsError
 
-__all__ = ["TokenSteps", "token_steps", "training_tokens"]
+__all__ = ["TokenSteps", "split_label", "token_steps", "training_tokens"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,12 +37,16 @@ class TokenSteps:
         return self.data_parallel * self.per_rank
 
     def label(self) -> str:
-        """The summary's ``batch`` row."""
-        return (
-            f"up to {self.budget:,} tokens per step (similar lengths share a micro-batch): {self.per_rank} "
-            f"micro-batch(es) of about {self.budget // self.parts:,} tokens x {self.data_parallel} data-parallel "
-            "rank(s)"
-        )
+        """The summary's ``batch`` row (:func:`split_label`)."""
+        return split_label(self.budget, self.parts, self.data_parallel)
+
+
+def split_label(budget: int, parts: int, data_parallel: int) -> str:
+    """The summary's ``batch`` row of steps of up to ``budget`` tokens in ``parts`` micro-batches over the ranks."""
+    return (
+        f"up to {budget:,} tokens per step (similar lengths share a micro-batch): {parts // data_parallel} "
+        f"micro-batch(es) of about {budget // parts:,} tokens x {data_parallel} data-parallel rank(s)"
+    )
 
 
 def training_tokens(settings: RunSettings, defaults: RecipeDefaults, *, gpu: bool) -> int | None:
