@@ -86,3 +86,29 @@ def test_bf16_mixed_training_step_runs_unpadded_and_matches_padded(monkeypatch):
     for ours, reference in zip(unpadded[1], padded[1], strict=True):
         cosine = torch.nn.functional.cosine_similarity(ours.flatten(), reference.flatten(), dim=0)
         assert cosine > 0.99
+
+
+@pytest.mark.parametrize("head_dim", [32, 64])
+def test_varlen_flash_attention_without_gradients_is_torchs_varlen_attn(head_dim):
+    """Prediction calls the flash kernel directly (no TorchDynamo import): the same outputs, bit for bit, as
+    ``torch.nn.attention.varlen.varlen_attn``; with gradients it is ``varlen_attn`` and its backward."""
+    from torch.nn.attention.varlen import varlen_attn
+
+    from bionemo.layers.sdpa_attention import varlen_flash_attention
+
+    lengths = [5, 300, 17, 1026, 64]
+    bounds = torch.tensor([0, *torch.tensor(lengths).cumsum(0).tolist()], dtype=torch.int32, device="cuda")
+    generator = torch.Generator(device="cuda").manual_seed(0)
+    q, k, v = (
+        torch.randn(sum(lengths), 8, head_dim, device="cuda", dtype=torch.bfloat16, generator=generator)
+        for _ in range(3)
+    )
+    with torch.inference_mode():
+        direct = varlen_flash_attention(q, k, v, bounds, max(lengths), None)
+        reference = varlen_attn(q, k, v, bounds, bounds, max(lengths), max(lengths))
+    assert torch.equal(direct, reference)
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = varlen_flash_attention(*leaves, bounds, max(lengths), None)
+    out.float().square().sum().backward()
+    assert torch.equal(out.detach(), reference)
+    assert all(t.grad is not None and torch.isfinite(t.grad).all() for t in leaves)

@@ -1,4 +1,5 @@
-"""``import bionemo.layers`` on its own: megatron-core prepared and imported, no Lightning or NeMo, a spec builds."""
+"""``import bionemo.layers`` on its own: megatron-core prepared and imported, no Lightning or NeMo, no torch varlen
+module (imported by the first unpadded training step), a spec builds."""
 
 import subprocess
 import sys
@@ -12,6 +13,7 @@ loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("lightning", "pyto
 assert loaded == [], loaded[:10]
 assert "bionemo.lightning" not in sys.modules
 assert "megatron.core" in sys.modules
+assert "torch.nn.attention.varlen" not in sys.modules  # imported on the first unpadded training step only
 spec = bionemo.layers.sdpa_layer_spec()
 assert spec.submodules.self_attention.module is bionemo.layers.RotarySelfAttention
 print("ok")

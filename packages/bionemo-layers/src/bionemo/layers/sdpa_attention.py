@@ -7,11 +7,18 @@ kernels instead of megatron's unfused local attention.
 
 Unpadded ("thd") batches: pass :class:`UnpaddedSequences` as megatron's ``packed_seq_params`` and the
 sequences concatenated as ``[T, 1, hidden]``. On CUDA in fp16/bf16 they run on torch's variable-length flash
-attention (``torch.nn.attention.varlen``: no padding, no mask, no layout copies); elsewhere on SDPA with a
-block-diagonal mask (the same maths, ``T x T`` memory: for tests and small inputs).
+attention (no padding, no mask, no layout copies); elsewhere on SDPA with a block-diagonal mask (the same maths,
+``T x T`` memory: for tests and small inputs). Without gradients (prediction) that is the flash kernel itself,
+``torch.ops.aten._flash_attention_forward``, the call ``torch.nn.attention.varlen.varlen_attn`` makes for it in
+torch 2.11; with gradients (training) ``varlen_attn``, imported on first use. Importing ``torch.nn.attention.varlen``
+imports TorchDynamo (its ``torch.compiler.assume_constant_result`` decorations): about half a second of a
+prediction's start-up on the CPU machine that the prediction path no longer pays
+(docs/benchmarks.md#prediction-start-up).
 """
 
 import contextlib
+import functools
+import importlib.util
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,12 +32,10 @@ from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
-try:  # torch >= 2.9
-    from torch.nn.attention.varlen import varlen_attn
-except ImportError:  # pragma: no cover - older torch: the block-diagonal fallback
-    varlen_attn = None
-
 __all__ = ["SDPACoreAttention", "UnpaddedSequences", "sdpa_layer_spec", "varlen_attention_available"]
+
+VARLEN_MODULE = "torch.nn.attention.varlen"
+"""torch's variable-length attention (torch >= 2.9), imported only where a gradient needs it."""
 
 _CAUSAL_MASK_TYPES = frozenset({AttnMaskType.causal, AttnMaskType.padding_causal, AttnMaskType.causal_bottom_right})
 """megatron's mask types under which a query attends to no later key (``causal_bottom_right``: aligned to the
@@ -75,9 +80,32 @@ def _scores_mask(
     return torch.where(allowed, attention_bias, float("-inf")), causal
 
 
+@functools.cache
+def _has_varlen() -> bool:
+    """Whether this torch has :data:`VARLEN_MODULE` (found without importing it)."""
+    return importlib.util.find_spec(VARLEN_MODULE) is not None
+
+
 def varlen_attention_available(dtype: torch.dtype) -> bool:
     """Whether :class:`UnpaddedSequences` run on a variable-length flash kernel here (CUDA, fp16 / bf16)."""
-    return varlen_attn is not None and torch.cuda.is_available() and dtype in (torch.float16, torch.bfloat16)
+    return _has_varlen() and torch.cuda.is_available() and dtype in (torch.float16, torch.bfloat16)
+
+
+def varlen_flash_attention(
+    query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, bounds: torch.Tensor, longest: int, scale: float | None
+) -> torch.Tensor:
+    """Bidirectional attention of ``[T, heads, head_dim]`` sequences cut at ``bounds`` (int32 ``[n + 1]``).
+
+    With a gradient to record, ``torch.nn.attention.varlen.varlen_attn`` (its backward); without, the same flash
+    forward kernel called directly, which imports nothing (see the module).
+    """
+    if torch.is_grad_enabled() and (query.requires_grad or key.requires_grad or value.requires_grad):
+        from torch.nn.attention.varlen import varlen_attn
+
+        return varlen_attn(query, key, value, bounds, bounds, longest, longest, scale=scale)  # pyright: ignore[reportReturnType]
+    return torch.ops.aten._flash_attention_forward(
+        query, key, value, bounds, bounds, longest, longest, 0.0, False, False, scale=scale
+    )[0]
 
 
 @dataclass
@@ -203,17 +231,9 @@ class SDPACoreAttention(MegatronModule):
             raise ValueError("unpadded sequences: context_parallel_size 1 only")
         tokens, heads, head_dim = query.shape
         bounds = packed.boundaries
-        if (
-            varlen_attn is not None
-            and bounds is not None
-            and query.is_cuda
-            and query.dtype in (torch.float16, torch.bfloat16)
-        ):
-            out = varlen_attn(
-                query, key, value, bounds, bounds, packed.longest, packed.longest,
-                scale=self.softmax_scale,
-            )  # fmt: skip
-            return out.reshape(tokens, heads * head_dim)  # pyright: ignore[reportAttributeAccessIssue]
+        if bounds is not None and query.is_cuda and query.dtype in (torch.float16, torch.bfloat16) and _has_varlen():
+            out = varlen_flash_attention(query, key, value, bounds, packed.longest, self.softmax_scale)
+            return out.reshape(tokens, heads * head_dim)
         ids = packed.sequence_ids
         assert ids is not None, "UnpaddedSequences.sequence_ids is needed off CUDA / in fp32"
         same_sequence = ids[:, None] == ids[None, :]
