@@ -1,6 +1,10 @@
 """The fixed choices of the run options and the settings error; cheap to import (no pydantic)."""
 
 from enum import StrEnum
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 __all__ = [
     "Accelerator",
@@ -43,6 +47,12 @@ class Precision(StrEnum):
     FP32 = "32"
     BF16 = "bf16-mixed"
     FP16 = "16-mixed"
+
+    def torch_dtype(self) -> "torch.dtype":
+        """The type this precision computes in: bfloat16, float16 or float32 (imports torch on first call)."""
+        import torch
+
+        return {Precision.BF16: torch.bfloat16, Precision.FP16: torch.float16}.get(self, torch.float32)
 
 
 class Include(StrEnum):

@@ -182,14 +182,13 @@ def megatron_trainer(settings: RunSettings, *, training: bool, precision: str, c
     Pipeline stages exchange activations in the precision's type: NeMo copies the strategy's ``pipeline_dtype``
     onto the model config (None without a mixed-precision plugin, which megatron refuses for PP > 1).
     """
-    import torch
     from nemo import lightning as nl
 
     strategy = nl.MegatronStrategy(
         tensor_model_parallel_size=settings.tensor_parallel,
         pipeline_model_parallel_size=settings.pipeline_parallel,
         context_parallel_size=settings.context_parallel,
-        pipeline_dtype={"bf16-mixed": torch.bfloat16, "16-mixed": torch.float16}.get(precision, torch.float32),
+        pipeline_dtype=Precision(precision).torch_dtype(),
         ckpt_async_save=False,
         ckpt_optim_fully_reshardable=True,
         ckpt_load_optimizer=training,

@@ -115,16 +115,16 @@ def model_config(
     from bionemo.esm2.model.esm2 import ESM2Config
     from bionemo.recipes.trainers import accelerator, uses_megatron
 
-    bf16 = settings.precision == Precision.BF16 and (uses_megatron(settings, training=training) or not training)
-    fp16 = settings.precision == Precision.FP16 and not training
-    params_dtype = torch.bfloat16 if bf16 else torch.float16 if fp16 else torch.float32
+    precision = settings.precision or Precision.FP32
+    half_parameters = not training or (precision == Precision.BF16 and uses_megatron(settings, training=training))
+    params_dtype = precision.torch_dtype() if half_parameters else torch.float32
     return (config_class or ESM2Config)(
         tensor_model_parallel_size=settings.tensor_parallel,
         pipeline_model_parallel_size=settings.pipeline_parallel,
         context_parallel_size=settings.context_parallel,
         use_cpu_initialization=accelerator(settings) == "cpu",  # --accelerator cpu on a GPU machine: the CPU
-        bf16=bf16,
-        fp16=fp16,
+        bf16=params_dtype == torch.bfloat16,
+        fp16=params_dtype == torch.float16,
         params_dtype=params_dtype,
         pipeline_dtype=params_dtype,  # what the stages send each other (megatron requires it for PP > 1)
         # batches are padded to their longest sequence: stages tell each other the shape of what they send

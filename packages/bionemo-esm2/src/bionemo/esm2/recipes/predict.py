@@ -201,15 +201,8 @@ def _start_cuda_warm_up(settings: RunSettings) -> None:
     """:func:`bionemo.recipes.cuda_warm_up.start_cuda_warm_up` in the run's dtype."""
     from bionemo.recipes.cuda_warm_up import start_cuda_warm_up
 
-    precision = settings.precision.value if settings.precision else "32"
-    start_cuda_warm_up(_compute_dtype(precision), devices=settings.devices, num_nodes=settings.num_nodes)
-
-
-def _compute_dtype(precision: str) -> Any:
-    """The torch dtype a ``--precision`` value computes in (``bf16-mixed`` -> bfloat16, ``16-mixed`` -> float16)."""
-    import torch
-
-    return {"bf16": torch.bfloat16, "16": torch.float16}.get(precision.split("-")[0], torch.float32)
+    dtype = (settings.precision or Precision.FP32).torch_dtype()
+    start_cuda_warm_up(dtype, devices=settings.devices, num_nodes=settings.num_nodes)
 
 
 def _varlen_attention_available(precision: str) -> bool:
@@ -219,7 +212,7 @@ def _varlen_attention_available(precision: str) -> bool:
         return False
     from bionemo.layers import varlen_attention_available
 
-    return varlen_attention_available(_compute_dtype(precision))
+    return varlen_attention_available(Precision(precision).torch_dtype())
 
 
 def absolute_layers(layers: list[int], num_layers: int) -> list[int]:
@@ -584,7 +577,7 @@ def _summarize(
 def _precision_label(settings: RunSettings) -> str:
     """The type prediction computed in (its parameters and activations; no autocast) and the type it wrote."""
     precision = settings.precision or Precision.FP32
-    computed = {Precision.BF16: "bfloat16", Precision.FP16: "float16"}.get(precision, "float32")
+    computed = str(precision.torch_dtype()).removeprefix("torch.")
     return f"{precision.value}: computed in {computed}; embeddings and logits written as {settings.output_dtype.value}"
 
 
