@@ -52,3 +52,23 @@ def test_an_error_inside_the_module_propagates_and_the_hook_is_still_gone(packag
     with pytest.raises(ValueError, match="upstream failed"):
         importlib.import_module("hooked_target")
     assert not module_hooked("hooked_target")
+
+
+def test_run_with_lines_replaced_runs_upstream_unless_every_line_is_found_once(tmp_path):
+    import importlib.util
+    from types import ModuleType
+
+    from bionemo.core.module_hook import run_with_lines_replaced
+
+    path = tmp_path / "patched.py"
+    module = ModuleType("patched")
+    module.__spec__ = importlib.util.spec_from_file_location("patched", path)
+    ran = []
+    lines = {"A = 1\n": "A = 10\n", "B = 2\n": "B = 20\n"}
+    for source in ("A = 1\nC = 3\n", "A = 1\nB = 2\nB = 2\n"):  # a line missing, a line twice
+        path.write_text(source)
+        assert run_with_lines_replaced(ran.append, module, lines) is False
+    assert ran == [module, module]
+    path.write_text("A = 1\nB = 2\nC = A + B\n")
+    assert run_with_lines_replaced(ran.append, module, lines) is True
+    assert (module.A, module.B, module.C, len(ran)) == (10, 20, 30, 2)

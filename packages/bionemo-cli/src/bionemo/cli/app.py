@@ -86,17 +86,20 @@ def skip_unused_imports() -> None:
     (:mod:`bionemo.core.skip_torchmetrics_imports`), megatron's timers no wandb or TensorBoard
     (:mod:`bionemo.core.skip_megatron_timer_writers`): no command uses them. megatron's ``torch.compile``
     decorations import torch's compiler when first called, not when megatron is imported
-    (:mod:`bionemo.core.defer_megatron_compile`), and Lightning recognises compiled modules without importing
-    TorchDynamo (:mod:`bionemo.core.defer_lightning_dynamo`).
+    (:mod:`bionemo.core.defer_megatron_compile`), megatron imports torch's DTensor and FSDP packages only when
+    a run uses them (:mod:`bionemo.core.defer_megatron_dtensor`), and Lightning recognises compiled modules without
+    importing TorchDynamo (:mod:`bionemo.core.defer_lightning_dynamo`).
     """
     from bionemo.core.defer_lightning_dynamo import defer_lightning_dynamo
     from bionemo.core.defer_megatron_compile import defer_megatron_compile
+    from bionemo.core.defer_megatron_dtensor import defer_megatron_dtensor
     from bionemo.core.skip_megatron_timer_writers import skip_megatron_timer_writers
     from bionemo.core.skip_torchmetrics_imports import skip_torchmetrics_imports
 
     skip_torchmetrics_imports()
     skip_megatron_timer_writers()
     defer_megatron_compile()
+    defer_megatron_dtensor()
     defer_lightning_dynamo()
 
 

@@ -19,13 +19,11 @@ numbers, its other imports); where the line is not found the module runs as upst
 - Canary: tests/core/test_defer_lightning_dynamo.py fails when the upstream files change.
 """
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 from types import MappingProxyType, ModuleType
-from typing import Any
 
-from bionemo.core.module_hook import hook_verified_module
+from bionemo.core.module_hook import hook_verified_module, run_with_lines_replaced
+from bionemo.core.stand_ins import class_stand_in
 
 __all__ = [
     "LINE",
@@ -59,20 +57,8 @@ class UnverifiedLightningWarning(UserWarning):
     """The Lightning work-around was not applied: the installed version is not the one it was verified on."""
 
 
-class _AsksTorchOnceImported(type):
-    """Metaclass of :class:`OptimizedModule`: instance and subclass checks go to torch's class once it exists."""
-
-    def __instancecheck__(cls, instance: Any) -> bool:
-        dynamo = sys.modules.get(_DYNAMO)
-        return dynamo is not None and isinstance(instance, dynamo.OptimizedModule)
-
-    def __subclasscheck__(cls, subclass: type) -> bool:
-        dynamo = sys.modules.get(_DYNAMO)
-        return dynamo is not None and issubclass(subclass, dynamo.OptimizedModule)
-
-
-class OptimizedModule(metaclass=_AsksTorchOnceImported):
-    """Stands in for ``torch._dynamo.OptimizedModule`` in ``isinstance`` / ``issubclass`` (see the module)."""
+OptimizedModule = class_stand_in(_DYNAMO, "OptimizedModule", owner=__name__)
+"""Stands in for ``torch._dynamo.OptimizedModule`` in ``isinstance`` / ``issubclass`` (see the module)."""
 
 
 def defer_lightning_dynamo() -> bool:
@@ -99,10 +85,4 @@ def defer_lightning_dynamo() -> bool:
 
 def _run_with_stand_in(exec_module: Callable[[ModuleType], None], module: ModuleType) -> None:
     """Runs the module's source with :data:`LINE` importing the stand-in; upstream's code where it is not found."""
-    origin = module.__spec__.origin if module.__spec__ is not None else None
-    source = Path(origin).read_text() if origin and origin.endswith(".py") else ""
-    if origin is None or source.count(LINE) != 1:
-        exec_module(module)
-        return
-    source = source.replace(LINE, f"from {__name__} import OptimizedModule\n")
-    exec(compile(source, origin, "exec", dont_inherit=True), module.__dict__)  # noqa: S102  # upstream's own source
+    run_with_lines_replaced(exec_module, module, {LINE: f"from {__name__} import OptimizedModule\n"})

@@ -12,14 +12,15 @@ import importlib.util
 import os
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-__all__ = ["ModuleHook", "hook_module", "hook_verified_module", "module_hooked"]
+__all__ = ["ModuleHook", "hook_module", "hook_verified_module", "module_hooked", "run_with_lines_replaced"]
 
 ExecModule = Callable[[ModuleType], None]
-Around = Callable[[ExecModule, ModuleType], None]
+Around = Callable[[ExecModule, ModuleType], object]
 """``around(exec_module, module)``: runs the module (by calling ``exec_module(module)``) with what it changes."""
 _WARNED: set[str] = set()
 """Modules whose unverified-version warning was given (once per process)."""
@@ -103,4 +104,25 @@ def hook_verified_module(
             )
         return False
     hook_module(fullname, around)
+    return True
+
+
+def run_with_lines_replaced(exec_module: ExecModule, module: ModuleType, lines: Mapping[str, str]) -> bool:
+    """Run ``module``'s own source with each key of ``lines`` (a whole line, its newline included) replaced.
+
+    Each key must occur exactly once and each value be one line, so the rest of the source, its line numbers and
+    its other imports stay upstream's. Where the module has no Python source or any key is not found exactly once,
+    ``exec_module(module)`` runs upstream's code unchanged.
+
+    Returns:
+        ``True`` when the replaced source ran, ``False`` when upstream's code ran.
+    """
+    origin = module.__spec__.origin if module.__spec__ is not None else None
+    source = Path(origin).read_text() if origin and origin.endswith(".py") else ""
+    if origin is None or any(source.count(line) != 1 for line in lines):
+        exec_module(module)
+        return False
+    for line, replacement in lines.items():
+        source = source.replace(line, replacement)
+    exec(compile(source, origin, "exec", dont_inherit=True), module.__dict__)  # noqa: S102  # upstream's own source
     return True
