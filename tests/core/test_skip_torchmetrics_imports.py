@@ -4,6 +4,7 @@
 """
 
 import importlib.metadata
+import importlib.util
 import sys
 import textwrap
 import warnings
@@ -93,6 +94,11 @@ def run_bionemo_probe(value: str | None) -> dict:
     return probe(CHILD, SWITCH, value)
 
 
+def installed(module: str) -> bool:
+    """Whether ``module``'s top-level package is installed here (torchvision is on NVIDIA's images, not in the lock)."""
+    return importlib.util.find_spec(module.split(".")[0]) is not None
+
+
 def reference_metrics() -> dict[str, float]:
     """Pearson, Spearman (no ties: Pearson of the ranks) and AUROC (share of positive/negative pairs in order)."""
     preds, values, labels = (torch.tensor(x, dtype=torch.float64) for x in (PREDS, VALUES, LABELS))
@@ -133,8 +139,9 @@ def test_the_command_arms_it_and_lightning_comes_without_the_skipped_packages():
 def test_switched_off_torchmetrics_imports_them_as_upstream_does():
     report = run_bionemo_probe("1")
     assert report["armed_before"] == 0
-    assert report["imported"] == [True] * len(SKIPPED_MODULES)
-    assert report["flags"] == [True] * len(FLAGS)
+    assert report["imported"] == [installed(name) for name in SKIPPED_MODULES]
+    assert report["flags"] == [installed(name) for name in FLAGS.values()]
+    assert report["imported"].count(True) >= 4  # transformers, scikit-learn, scipy, regex are in the lock
     assert report["bertscore_exported"] is True
     assert {name: report[name] for name in ("pearson", "spearman", "auroc")} == pytest.approx(
         reference_metrics(), abs=1e-6

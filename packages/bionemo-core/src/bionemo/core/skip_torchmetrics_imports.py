@@ -9,8 +9,10 @@ bionemo's commands use none of them. Upstream behaviour (torchmetrics 1.9.0, imp
   BERTScore's default model (Lightning-AI/torchmetrics#2242): transformers' model and generation code and
   scikit-learn. ``_MATPLOTLIB_AVAILABLE`` makes ``torchmetrics/utilities/plot.py`` import ``matplotlib.pyplot``
   (for ``Metric.plot``), ``_REGEX_AVAILABLE`` makes SacreBLEU's tokenizer import ``regex`` (for its ``intl``
-  tokenization) and ``_SCIPI_AVAILABLE`` makes ``torchmetrics.audio`` / ``torchmetrics.functional.audio`` import
-  ``scipy.signal`` (to give it back ``hamming`` for the SRMR metric).
+  tokenization), ``_SCIPI_AVAILABLE`` makes ``torchmetrics.audio`` / ``torchmetrics.functional.audio`` import
+  ``scipy.signal`` (to give it back ``hamming`` for the SRMR metric) and ``_TORCHVISION_AVAILABLE`` makes the image
+  and detection metrics import torchvision's models and ops, which import TorchDynamo (where torchvision is
+  installed, as in NVIDIA's PyTorch images: about 1 s of the GPU machine's start-up).
 - ``torchmetrics/__init__.py`` imports ``scipy.signal`` for the same ``hamming`` where
   ``lightning_utilities``' ``package_available("scipy")`` is true.
 
@@ -22,7 +24,8 @@ the flags above (:data:`FLAGS`) are replaced by a falsy stand-in whose text says
 and how to switch that off. torchmetrics then takes its own path for a machine without those packages:
 BERTScore, InfoLM and the CLIP metrics are not exported and raise torchmetrics' own "requires `transformers`"
 ``ModuleNotFoundError`` when built with their default model, ``Metric.plot`` raises its "requires matplotlib"
-error, SacreBLEU's ``intl`` tokenization its "requires that `regex` is installed" one, and ``scipy.signal`` keeps
+error, SacreBLEU's ``intl`` tokenization its "requires that `regex` is installed" one, the metrics built on
+torchvision (LPIPS, ARNIQA, DISTS, the box IoUs, mean AP) their "requires torchvision" ones, and ``scipy.signal`` keeps
 its own attributes. Every other flag and metric (regression, classification, the text metrics without a model,
 the metrics that import scipy when they run) is torchmetrics' own, and no other module is patched.
 
@@ -66,10 +69,11 @@ FLAGS = MappingProxyType(
         "_SCIPI_AVAILABLE": "scipy.signal",
         "_MATPLOTLIB_AVAILABLE": "matplotlib",
         "_REGEX_AVAILABLE": "regex",
+        "_TORCHVISION_AVAILABLE": "torchvision",
     }
 )
 """Each flag of :data:`MODULE` made falsy, with the module torchmetrics would import where it is true."""
-SKIPPED_MODULES = ("transformers", "sklearn", "scipy.signal", "matplotlib", "regex")
+SKIPPED_MODULES = ("transformers", "sklearn", "scipy.signal", "matplotlib", "regex", "torchvision")
 """What the ``bionemo`` command no longer imports through torchmetrics (scikit-learn came with transformers)."""
 VERIFIED_TORCHMETRICS = "1.9.0"
 UPSTREAM_SHA256 = MappingProxyType(
