@@ -4,7 +4,7 @@ Upstream behaviour (megatron-core 0.15.3): ``megatron.core`` imports ``megatron.
 imports ``TorchFullyShardedDataParallel`` (``torch.distributed.fsdp``) and the Megatron-FSDP adapter, and
 ``megatron.core.utils`` / ``megatron.core.distributed.finalize_model_grads`` import ``DTensor`` (and ``Shard``,
 ``distribute_tensor``) only to ask ``isinstance(tensor, DTensor)`` later. ``torch.distributed.tensor`` brings
-symbolic shapes and sympy with it: about 1.3 s of the 3.6 s demo ``bionemo run predict`` on the CPU machine
+symbolic shapes and sympy with it: about 1 s of the demo ``bionemo run predict``'s 4.5-5.5 s on the CPU machine
 (docs/benchmarks.md#prediction-start-up). A DTensor can only exist once ``torch.distributed.tensor`` is imported,
 and FSDP is only set up by code that asks for it by name.
 

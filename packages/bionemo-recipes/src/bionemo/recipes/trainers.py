@@ -177,7 +177,7 @@ def build_trainer(
 
 
 _MPI_LAUNCHER_PREFIXES = ("OMPI_COMM_WORLD_", "PMI_", "PMIX_", "MV2_COMM_WORLD_", "MPI_LOCALNRANKS", "HYDRA_")
-"""Environment variables that Open MPI, MPICH / Intel MPI (PMI, Hydra), PMIx (srun --mpi=pmix) and MVAPICH set in
+"""Environment variables that Open MPI, MPICH / Intel MPI (PMI, Hydra), PMIx (also under Slurm) and MVAPICH set in
 the processes they start."""
 
 
