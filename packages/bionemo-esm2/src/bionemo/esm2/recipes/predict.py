@@ -50,8 +50,6 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
         check_same_shape(header.model, defaults.model, recipe, header.path)
     if settings.precision is None and accelerator(settings) == "gpu":
         settings = settings.model_copy(update={"precision": Precision.BF16})  # GPUs predict in bf16 by default
-    if accelerator(settings) == "gpu":  # CUDA's one-time start-up overlaps the reading and imports below
-        _start_cuda_warm_up(settings)
     spec = getattr(header, "finetune", None)
     if spec is not None:  # a fine-tuned model: its head's outputs, and of the encoder's only what --include asks
         from bionemo.esm2.finetune.predict import finetuned_includes
@@ -197,14 +195,6 @@ def _unpadded(settings: RunSettings) -> bool:
     )
 
 
-def _start_cuda_warm_up(settings: RunSettings) -> None:
-    """:func:`bionemo.recipes.cuda_warm_up.start_cuda_warm_up` in the run's dtype."""
-    from bionemo.recipes.cuda_warm_up import start_cuda_warm_up
-
-    dtype = (settings.precision or Precision.FP32).torch_dtype()
-    start_cuda_warm_up(dtype, devices=settings.devices, num_nodes=settings.num_nodes)
-
-
 def _varlen_attention_available(precision: str) -> bool:
     from bionemo.core.cuda_devices import cuda_available
 
@@ -297,7 +287,6 @@ def _run_prediction(
     from bionemo.callbacks import HostMemoryTrim, LoopTimer, PredictionWriter
     from bionemo.esm2.data.mlm import data_step
     from bionemo.lightning import BionemoLightningModule, default_megatron_optimizer
-    from bionemo.recipes.cuda_warm_up import finish_cuda_warm_up
     from bionemo.recipes.trainers import accelerator, build_trainer, uses_megatron
 
     budget = _tokens_per_batch(settings, checkpoint.model, records)
@@ -336,7 +325,6 @@ def _run_prediction(
     writer = PredictionWriter(shards, settings.write_interval.value, keep_existing=True)
     callbacks = [writer, clock, *callbacks, HostMemoryTrim(every_n_batches=8), RichProgressBar(leave=True)]
     trainer = build_trainer(settings, training=False, callbacks=callbacks)
-    finish_cuda_warm_up()  # before the DataLoader's worker processes fork
     trainer.predict(module, datamodule=data, return_predictions=False)
     trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
 
