@@ -5,6 +5,7 @@
 
 import importlib.metadata
 import importlib.util
+import os
 import sys
 import textwrap
 import warnings
@@ -179,3 +180,18 @@ def test_another_version_is_left_alone_and_said_once(monkeypatch, clean_meta_pat
         warnings.simplefilter("error")
         assert skip_torchmetrics_imports() is False  # once per process
     assert sys.meta_path == clean_meta_path
+
+
+def test_an_installed_torchvision_is_not_imported(tmp_path, monkeypatch):
+    """NVIDIA's PyTorch images have torchvision; torchmetrics' image metrics would import it (and TorchDynamo)."""
+    package = tmp_path / "torchvision"
+    package.mkdir()
+    (package / "__init__.py").write_text("raise ImportError('torchvision was imported')\n")
+    metadata = tmp_path / "torchvision-0.0.1.dist-info"
+    metadata.mkdir()
+    (metadata / "METADATA").write_text("Metadata-Version: 2.1\nName: torchvision\nVersion: 0.0.1\n")
+    (metadata / "RECORD").write_text("torchvision/__init__.py,,\n")
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(tmp_path), os.environ.get("PYTHONPATH")])))
+    report = run_bionemo_probe(None)  # the probe fails if torchvision is imported
+    assert report["imported"] == [False] * len(SKIPPED_MODULES)
+    assert report["flags"] == [False] * len(FLAGS)
