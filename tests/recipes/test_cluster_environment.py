@@ -61,3 +61,27 @@ def test_the_environment_is_lightnings_choice_and_mpi_is_asked_only_under_an_mpi
     launched_by_mpi = scenario in ("Open MPI", "MPICH / Hydra")
     assert len(mpi_questions) - asked_by_lightning == int(launched_by_mpi)  # ours asks MPI only where launched
     assert asked_by_lightning == int(scenario in ("plain process", "Open MPI", "MPICH / Hydra"))
+
+
+def test_a_one_process_predict_does_not_import_an_installed_mpi4py(tmp_path):
+    """NVIDIA's PyTorch images have mpi4py; Lightning's MPI question imports ``mpi4py.MPI`` (MPI_Init)."""
+    import subprocess
+    import sys
+
+    site = tmp_path / "site"
+    (site / "mpi4py").mkdir(parents=True)
+    (site / "mpi4py" / "__init__.py").write_text("raise ImportError('mpi4py was imported')\n")
+    (site / "mpi4py-0.0.1.dist-info").mkdir()
+    (site / "mpi4py-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: mpi4py\nVersion: 0.0.1\n")
+    (site / "mpi4py-0.0.1.dist-info" / "RECORD").write_text("mpi4py/__init__.py,,\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
+    command = [sys.executable, "-m", "bionemo.cli", "run", "predict", "--accelerator", "cpu"]
+    result = subprocess.run(
+        [*command, "--output-dir", str(tmp_path / "out")], env=env, capture_output=True, text=True, check=False
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (tmp_path / "out" / "predictions.safetensors").exists()
+    probe = "import lightning.fabric.plugins.environments.mpi as m; print(bool(m._MPI4PY_AVAILABLE))"
+    seen = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    assert seen.stdout.strip() == "True"  # Lightning sees it installed, and would have imported it
