@@ -8,14 +8,12 @@ import importlib.metadata
 import importlib.util
 import sys
 import textwrap
-import warnings
 from pathlib import Path
 from types import ModuleType
 
 import pytest
 import torch
 
-import bionemo.core.module_hook as module_hook
 from bionemo.core.defer_lightning_dynamo import (
     LINE,
     MODULES,
@@ -26,6 +24,10 @@ from bionemo.core.defer_lightning_dynamo import (
     UnverifiedLightningWarning,
     _run_with_stand_in,
     defer_lightning_dynamo,
+)
+from support.import_hooks import (
+    check_already_imported_modules_are_left_alone,
+    check_another_version_is_left_alone_and_said_once,
 )
 from support.import_hooks import clean_meta_path as clean_hooks
 from support.import_hooks import run_bionemo_probe as probe
@@ -132,19 +134,10 @@ def clean_meta_path(monkeypatch):
 
 
 def test_already_imported_modules_are_left_alone(monkeypatch, clean_meta_path):
-    for name in MODULES:
-        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or ModuleType(name))
-    assert defer_lightning_dynamo() is False
-    assert sys.meta_path == clean_meta_path
+    check_already_imported_modules_are_left_alone(monkeypatch, MODULES, defer_lightning_dynamo, clean_meta_path)
 
 
 def test_another_version_is_left_alone_and_said_once_per_module(monkeypatch, clean_meta_path):
-    for name in MODULES:
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.setattr(module_hook.importlib.metadata, "version", lambda name: "9.9.0")
-    with pytest.warns(UnverifiedLightningWarning, match="lightning 9.9.0 is installed"):
-        assert defer_lightning_dynamo() is False
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert defer_lightning_dynamo() is False
-    assert sys.meta_path == clean_meta_path
+    check_another_version_is_left_alone_and_said_once(
+        monkeypatch, MODULES, defer_lightning_dynamo, clean_meta_path, UnverifiedLightningWarning, "lightning"
+    )

@@ -8,15 +8,12 @@ import importlib
 import importlib.metadata
 import sys
 import textwrap
-import warnings
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 import torch
 import torch.distributed as dist
 
-import bionemo.core.module_hook as module_hook
 from bionemo.core.defer_megatron_dtensor import (
     LAZY,
     LINES,
@@ -29,6 +26,10 @@ from bionemo.core.defer_megatron_dtensor import (
     distributed_getattr,
 )
 from bionemo.core.skip_unified_memory_build import VERIFIED_MEGATRON_CORE, UnverifiedMegatronWarning
+from support.import_hooks import (
+    check_already_imported_modules_are_left_alone,
+    check_another_version_is_left_alone_and_said_once,
+)
 from support.import_hooks import clean_meta_path as clean_hooks
 from support.import_hooks import run_bionemo_probe as probe
 
@@ -171,19 +172,10 @@ def clean_meta_path(monkeypatch):
 
 
 def test_already_imported_modules_are_left_alone(monkeypatch, clean_meta_path):
-    for name in LINES:
-        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or ModuleType(name))
-    assert defer_megatron_dtensor() is False
-    assert sys.meta_path == clean_meta_path
+    check_already_imported_modules_are_left_alone(monkeypatch, LINES, defer_megatron_dtensor, clean_meta_path)
 
 
 def test_another_version_is_left_alone_and_said_once_per_module(monkeypatch, clean_meta_path):
-    for name in LINES:
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.setattr(module_hook.importlib.metadata, "version", lambda name: "9.9.0")
-    with pytest.warns(UnverifiedMegatronWarning, match="megatron-core 9.9.0 is installed"):
-        assert defer_megatron_dtensor() is False
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        assert defer_megatron_dtensor() is False
-    assert sys.meta_path == clean_meta_path
+    check_another_version_is_left_alone_and_said_once(
+        monkeypatch, LINES, defer_megatron_dtensor, clean_meta_path, UnverifiedMegatronWarning, "megatron-core"
+    )

@@ -4,6 +4,9 @@ import json
 import os
 import subprocess
 import sys
+import warnings
+from collections.abc import Callable, Iterable
+from types import ModuleType
 
 import pytest
 
@@ -37,3 +40,33 @@ def clean_meta_path(monkeypatch: pytest.MonkeyPatch, switch: str, *modules: str)
     before = [finder for finder in sys.meta_path if getattr(finder, "fullname", None) not in modules]
     monkeypatch.setattr(sys, "meta_path", list(before))
     return before
+
+
+def check_already_imported_modules_are_left_alone(
+    monkeypatch: pytest.MonkeyPatch, modules: Iterable[str], arm: Callable[[], bool], clean: list
+) -> None:
+    """``arm()`` answers ``False`` and adds no hook when every one of ``modules`` is already imported."""
+    for name in modules:
+        monkeypatch.setitem(sys.modules, name, sys.modules.get(name) or ModuleType(name))
+    assert arm() is False
+    assert sys.meta_path == clean
+
+
+def check_another_version_is_left_alone_and_said_once(
+    monkeypatch: pytest.MonkeyPatch,
+    modules: Iterable[str],
+    arm: Callable[[], bool],
+    clean: list,
+    warning: type[Warning],
+    distribution: str,
+) -> None:
+    """On another installed version ``arm()`` warns once (``warning``, naming it), answers ``False``, adds no hook."""
+    for name in modules:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(module_hook.importlib.metadata, "version", lambda name: "9.9.0")
+    with pytest.warns(warning, match=f"{distribution} 9.9.0 is installed"):
+        assert arm() is False
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert arm() is False
+    assert sys.meta_path == clean
