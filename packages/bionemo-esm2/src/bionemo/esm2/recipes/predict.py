@@ -168,8 +168,8 @@ def _unpadded(settings: RunSettings) -> bool:
     """
     from bionemo.recipes.trainers import accelerator
 
-    precision = settings.precision.value if settings.precision else "32"
-    half = precision.split("-")[0] in ("bf16", "16")
+    precision = settings.precision or Precision.FP32
+    half = precision != Precision.FP32
     if settings.unpadded and Include.CONTACTS in settings.include:
         raise SettingsError(
             "--unpadded: contacts come from attention maps of padded batches (the variable-length kernel returns "
@@ -187,7 +187,7 @@ def _unpadded(settings: RunSettings) -> bool:
     if can_run or settings.unpadded is None:
         return can_run
     raise SettingsError(
-        f"--unpadded needs CUDA GPUs with --precision bf16 or 16 (given: {precision}), torch >= 2.9 "
+        f"--unpadded needs CUDA GPUs with --precision bf16 or 16 (given: {precision.value}), torch >= 2.9 "
         f"(variable-length attention), --pipeline-parallel 1 and --context-parallel 1 (given: "
         f"{settings.pipeline_parallel} and {settings.context_parallel}); "
         "leave it out (or give --padded) to predict on padded batches",
@@ -195,14 +195,14 @@ def _unpadded(settings: RunSettings) -> bool:
     )
 
 
-def _varlen_attention_available(precision: str) -> bool:
+def _varlen_attention_available(precision: Precision) -> bool:
     from bionemo.core.cuda_devices import cuda_available
 
     if not cuda_available():
         return False
     from bionemo.layers import varlen_attention_available
 
-    return varlen_attention_available(Precision(precision).torch_dtype())
+    return varlen_attention_available(precision.torch_dtype())
 
 
 def absolute_layers(layers: list[int], num_layers: int) -> list[int]:
