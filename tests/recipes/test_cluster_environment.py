@@ -12,11 +12,17 @@ from lightning.fabric.plugins.environments.mpi import MPIEnvironment
 from bionemo.recipes.settings import Accelerator, RunSettings
 from bionemo.recipes.trainers import build_trainer
 
-LAUNCHER_PREFIXES = ("SLURM_", "LSB_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "MV2_", "MPI_", "HYDRA_")
+LAUNCHER_PREFIXES = (
+    *("SLURM_", "LSB_", "TORCHELASTIC_"),
+    *("OMPI_", "OPAL_", "PMI_", "PMIX_", "MV2_", "MPI_", "HYDRA_", "PALS_"),
+)
 SCENARIOS = {
     "plain process": {},
     "Open MPI": {"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"},
     "MPICH / Hydra": {"PMI_RANK": "0", "PMI_SIZE": "1"},
+    "PMIx (srun --mpi=pmix, prterun)": {"PMIX_RANK": "0", "PMIX_NAMESPACE": "job"},
+    # exported in every shell of NVIDIA's PyTorch images: MPI settings, not a launcher
+    "container MPI settings": {"OMPI_MCA_pml": "^ucx", "PMIX_MCA_gds": "hash", "OPAL_PREFIX": "/opt/hpcx/ompi"},
     "SLURM (srun)": {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "job", "SLURM_NODELIST": "n1", "SLURM_PROCID": "0"},
     "torchrun": {
         "TORCHELASTIC_RUN_ID": "r",
@@ -58,9 +64,9 @@ def test_the_environment_is_lightnings_choice_and_mpi_is_asked_only_under_an_mpi
     ours = build_trainer(RunSettings(accelerator=Accelerator.CPU), training=False, callbacks=[])
     chosen = ours._accelerator_connector.cluster_environment  # noqa: SLF001 - where Lightning keeps its choice
     assert type(chosen) is type(lightnings)
-    launched_by_mpi = scenario in ("Open MPI", "MPICH / Hydra")
+    launched_by_mpi = scenario in ("Open MPI", "MPICH / Hydra", "PMIx (srun --mpi=pmix, prterun)")
     assert len(mpi_questions) - asked_by_lightning == int(launched_by_mpi)  # ours asks MPI only where launched
-    assert asked_by_lightning == int(scenario in ("plain process", "Open MPI", "MPICH / Hydra"))
+    assert asked_by_lightning == int(scenario not in ("SLURM (srun)", "torchrun"))
 
 
 def test_a_one_process_predict_does_not_import_an_installed_mpi4py(tmp_path):
@@ -75,6 +81,7 @@ def test_a_one_process_predict_does_not_import_an_installed_mpi4py(tmp_path):
     (site / "mpi4py-0.0.1.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: mpi4py\nVersion: 0.0.1\n")
     (site / "mpi4py-0.0.1.dist-info" / "RECORD").write_text("mpi4py/__init__.py,,\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith(LAUNCHER_PREFIXES)}
+    env |= SCENARIOS["container MPI settings"]  # as in those images' shells
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), env.get("PYTHONPATH")]))
     command = [sys.executable, "-m", "bionemo.cli", "run", "predict", "--accelerator", "cpu"]
     result = subprocess.run(

@@ -176,9 +176,13 @@ def build_trainer(
     )
 
 
-_MPI_LAUNCHER_PREFIXES = ("OMPI_COMM_WORLD_", "PMI_", "PMIX_", "MV2_COMM_WORLD_", "MPI_LOCALNRANKS", "HYDRA_")
-"""Environment variables that Open MPI, MPICH / Intel MPI (PMI, Hydra), PMIx (also under Slurm) and MVAPICH set in
-the processes they start."""
+_MPI_LAUNCHER_VARIABLES = frozenset((
+    "OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK", "PMI_SIZE", "MPI_LOCALNRANKS", "MV2_COMM_WORLD_SIZE",
+    "PALS_RANKID",
+))  # fmt: skip
+"""Variables that Open MPI's mpirun, a PMIx server (Open MPI 5's prterun, ``srun --mpi=pmix``), MPICH / Intel MPI's
+Hydra, MVAPICH and Cray PALS set in each process they start. Settings such as ``OMPI_MCA_*`` and ``PMIX_MCA_*``,
+which NVIDIA's PyTorch images export in every shell, say nothing about a launcher."""
 
 
 def _cluster_environment() -> list[Any]:
@@ -196,7 +200,7 @@ def _cluster_environment() -> list[Any]:
     from lightning.fabric.plugins.environments.torchelastic import TorchElasticEnvironment
 
     launched = any(environment.detect() for environment in (TorchElasticEnvironment, SLURMEnvironment, LSFEnvironment))
-    if launched or any(name.startswith(_MPI_LAUNCHER_PREFIXES) for name in os.environ):
+    if launched or not _MPI_LAUNCHER_VARIABLES.isdisjoint(os.environ):
         return []
     return [LightningEnvironment()]
 
