@@ -26,6 +26,7 @@ LAUNCHERS = {
     "--nodes": "srun / sbatch",
     "--ntasks-per-node": "srun / sbatch",
     "--gpus-per-node": "srun / sbatch",
+    "--mpi": "srun (its PMI plug-in, named where MPI launchers are told apart)",
 }
 """Flags of the tools the README and the launch messages show around `bionemo` (uv, ruff, torchrun, SLURM)."""
 
