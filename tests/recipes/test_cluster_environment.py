@@ -21,8 +21,12 @@ SCENARIOS = {
     "Open MPI": {"OMPI_COMM_WORLD_SIZE": "1", "OMPI_COMM_WORLD_RANK": "0"},
     "MPICH / Hydra": {"PMI_RANK": "0", "PMI_SIZE": "1"},
     "PMIx (srun --mpi=pmix, prterun)": {"PMIX_RANK": "0", "PMIX_NAMESPACE": "job"},
-    # MPI settings that images with an MPI stack may export in every shell: not a launcher
-    "container MPI settings": {"OMPI_MCA_pml": "^ucx", "PMIX_MCA_gds": "hash", "OPAL_PREFIX": "/opt/hpcx/ompi"},
+    # MPI settings the GPU machine's image exports in every shell (seen with `env` there): not a launcher
+    "container MPI settings": {
+        "OMPI_MCA_btl_vader_single_copy_mechanism": "none",
+        "OMPI_MCA_plm": "isolated",
+        "PMIX_MCA_gds": "hash",
+    },
     "SLURM (srun)": {"SLURM_NTASKS": "1", "SLURM_JOB_NAME": "job", "SLURM_NODELIST": "n1", "SLURM_PROCID": "0"},
     "torchrun": {
         "TORCHELASTIC_RUN_ID": "r",

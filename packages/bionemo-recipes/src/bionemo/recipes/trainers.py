@@ -182,7 +182,7 @@ _MPI_LAUNCHER_VARIABLES = frozenset((
 ))  # fmt: skip
 """Variables that Open MPI's mpirun, a PMIx server (Open MPI 5's prterun, ``srun --mpi=pmix``), MPICH / Intel MPI's
 Hydra, MVAPICH and Cray PALS set in each process they start. Settings such as ``OMPI_MCA_*`` and ``PMIX_MCA_*``,
-which images with an MPI stack may export in every shell, say nothing about a launcher."""
+which images with an MPI stack export in every shell (the GPU machine's does), say nothing about a launcher."""
 
 
 def _cluster_environment() -> list[Any]:
