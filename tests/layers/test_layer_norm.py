@@ -33,6 +33,10 @@ for width, name in ((64, "float32"), (12, "float32"), (64, "bfloat16")):
     assert out.dtype == dtype and out.shape == x.shape
     reference = F.layer_norm(x.float(), (width,), weight.float(), bias.float(), 1e-5)
     errors[f"{width}-{name}"] = float(((out.float() - reference).abs() / (1 + reference.abs())).max())
+    offset = torch.randn(width) * 2  # fp32, added to every row before normalizing
+    out = layer_norm_rows(x, weight, bias, 1e-5, offset)
+    reference = F.layer_norm(x.float() + offset, (width,), weight.float(), bias.float(), 1e-5)
+    errors[f"{width}-{name}-offset"] = float(((out.float() - reference).abs() / (1 + reference.abs())).max())
 print(json.dumps(errors))
 """
 
@@ -69,9 +73,10 @@ def test_triton_kernel_equals_torch_layer_norm():
     result = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     errors = json.loads(result.stdout.strip().splitlines()[-1])
-    assert errors["64-float32"] < 1e-5
-    assert errors["12-float32"] < 1e-5
-    assert errors["64-bfloat16"] < 8e-3  # the output rounded to bf16 (relative precision 2**-8)
+    for offset in ("", "-offset"):
+        assert errors[f"64-float32{offset}"] < 1e-5
+        assert errors[f"12-float32{offset}"] < 1e-5
+        assert errors[f"64-bfloat16{offset}"] < 8e-3  # the output rounded to bf16 (relative precision 2**-8)
 
 
 def test_triton_training_kernels_equal_torch_autograd():

@@ -6,6 +6,8 @@
 - :mod:`~bionemo.layers.layer_norm`: LayerNorm in Triton on GPUs;
 - :mod:`~bionemo.layers.fused_bias_linear`: parallel linears that add the bias inside the matrix multiply;
 - :mod:`~bionemo.layers.gelu_epilogue`: an MLP whose first matrix multiply applies GELU too, in GPU prediction;
+- :mod:`~bionemo.layers.residual_gemm`: a transformer block whose residual adds run inside the matrix multiplies, in
+  GPU prediction;
 - :mod:`~bionemo.layers.context_parallel`: sequence chunks and key / value gathers for bidirectional encoders;
 - :mod:`~bionemo.layers.lora`: LoRA adapters on megatron-core's tensor-parallel linears;
 - :mod:`~bionemo.layers.keyed_dropout`: dropout whose masks are the same on every parallel layout.
@@ -42,6 +44,7 @@ from bionemo.layers.lora import (
     lora_state_dict,
     merge_lora,
 )
+from bionemo.layers.residual_gemm import ResidualInGemmBlock
 from bionemo.layers.rotary import RotarySelfAttention, apply_rotary, fused_rotary_available, rotary_tables
 from bionemo.layers.sdpa_attention import (
     SDPACoreAttention,
@@ -60,6 +63,7 @@ __all__ = [
     "LoRAConfig",
     "LoRALinear",
     "LoRATarget",
+    "ResidualInGemmBlock",
     "RotarySelfAttention",
     "SDPACoreAttention",
     "TritonLayerNorm",

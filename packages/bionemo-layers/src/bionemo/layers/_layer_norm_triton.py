@@ -1,6 +1,7 @@
 """The Triton kernels behind :class:`bionemo.layers.layer_norm.TritonLayerNorm` on GPUs (imported on first CUDA use).
 
-Forward: one program per row (one token) loads the row once, takes mean and variance in fp32, normalizes, scales,
+Forward: one program per row (one token) loads the row once (in prediction optionally adding a constant vector
+to it first, for :mod:`bionemo.layers.residual_gemm`), takes mean and variance in fp32, normalizes, scales,
 shifts and stores in the output's dtype; for training it also keeps each row's mean and reciprocal standard
 deviation (fp32). Backward (the Triton tutorial's scheme): each program takes a contiguous run of rows, writes
 their input gradient and sums its rows' weight and bias gradients in fp32 registers; the per-program partial sums
@@ -21,12 +22,15 @@ __all__ = ["TrainingLayerNorm", "layer_norm_rows"]
 
 @triton.jit
 def _layer_norm_kernel(
-    x_ptr, weight_ptr, bias_ptr, out_ptr, mean_ptr, rstd_ptr, width, eps, BLOCK: tl.constexpr, STATS: tl.constexpr
-):
+    x_ptr, offset_ptr, weight_ptr, bias_ptr, out_ptr, mean_ptr, rstd_ptr, width, eps,
+    BLOCK: tl.constexpr, STATS: tl.constexpr, OFFSET: tl.constexpr,
+):  # fmt: skip
     row = tl.program_id(0).to(tl.int64)
     col = tl.arange(0, BLOCK)
     mask = col < width
     x = tl.load(x_ptr + row * width + col, mask=mask, other=0.0).to(tl.float32)
+    if OFFSET:
+        x += tl.load(offset_ptr + col, mask=mask, other=0.0).to(tl.float32)
     mean = tl.sum(x, axis=0) / width
     centered = tl.where(mask, x - mean, 0.0)
     variance = tl.sum(centered * centered, axis=0) / width
@@ -80,7 +84,12 @@ def _num_warps(block: int) -> int:
 
 
 def _launch_forward(
-    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, stats: bool
+    x: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor,
+    eps: float,
+    stats: bool,
+    offset: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     rows, width, block = _shape(x)
     out = torch.empty_like(x)
@@ -88,13 +97,21 @@ def _launch_forward(
     if rows == 0:
         return out, mean, rstd
     kernel: Any = _layer_norm_kernel
-    kernel[(rows,)](x, weight, bias, out, mean, rstd, width, eps, BLOCK=block, STATS=stats, num_warps=_num_warps(block))
+    kernel[(rows,)](
+        x, x if offset is None else offset, weight, bias, out, mean, rstd, width, eps,
+        BLOCK=block, STATS=stats, OFFSET=offset is not None, num_warps=_num_warps(block),
+    )  # fmt: skip
     return out, mean, rstd
 
 
-def layer_norm_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
-    """LayerNorm over the last dimension of a contiguous ``x``; a new tensor of ``x``'s shape and dtype."""
-    return _launch_forward(x, weight, bias, eps, stats=False)[0]
+def layer_norm_rows(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float, offset: torch.Tensor | None = None
+) -> torch.Tensor:
+    """LayerNorm over the last dimension of a contiguous ``x``; a new tensor of ``x``'s shape and dtype.
+
+    ``offset`` (a ``[width]`` vector, or None) is added to every row in fp32 first.
+    """
+    return _launch_forward(x, weight, bias, eps, stats=False, offset=offset)[0]
 
 
 BACKWARD_PROGRAMS_PER_SM: int | None = None

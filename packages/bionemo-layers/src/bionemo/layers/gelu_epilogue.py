@@ -65,10 +65,27 @@ class GeluEpilogueMLP(MLP):
         """``(output, output bias or None)`` as megatron's ``MLP.forward``."""
         if per_token_scale is not None or not gelu_epilogue_applies(self, hidden_states):
             return super().forward(hidden_states, per_token_scale)
+        return self.linear_fc2(self._epilogue(hidden_states))
+
+    def activations(self, hidden_states: torch.Tensor) -> torch.Tensor:
+        """``GELU(hidden_states @ fc1.weight.T + fc1.bias)``: what the second linear layer takes, without a gradient.
+
+        The epilogue where :func:`gelu_epilogue_applies`, else the first linear layer then its own GELU kernel (the
+        arithmetic of megatron's MLP without GLU or fusions). For a caller that runs the second GEMM itself
+        (:mod:`bionemo.layers.residual_gemm`).
+        """
+        if gelu_epilogue_applies(self, hidden_states):
+            return self._epilogue(hidden_states)
+        intermediate, bias = self.linear_fc1(hidden_states)
+        if bias is not None:
+            intermediate = intermediate + bias
+        return self.activation_func(intermediate)
+
+    def _epilogue(self, hidden_states: torch.Tensor) -> torch.Tensor:
         fc1: Any = self.linear_fc1
         rows = hidden_states.reshape(-1, hidden_states.shape[-1])
         intermediate = torch._addmm_activation(fc1.bias, rows, fc1.weight.t(), use_gelu=True)  # pyright: ignore[reportPrivateImportUsage]
-        return self.linear_fc2(intermediate.view(*hidden_states.shape[:-1], intermediate.shape[-1]))
+        return intermediate.view(*hidden_states.shape[:-1], intermediate.shape[-1])
 
 
 class EpilogueTransformerLayer(TransformerLayer):

@@ -23,7 +23,7 @@ import torch
 
 from bionemo.layers._triton import triton_importable
 
-__all__ = ["TritonLayerNorm", "local_layer_norm", "triton_layer_norm_enabled"]
+__all__ = ["TritonLayerNorm", "layer_norm_with_offset", "local_layer_norm", "triton_layer_norm_enabled"]
 
 SWITCH = "BIONEMO_TRITON_LAYERNORM"
 
@@ -50,6 +50,24 @@ class TritonLayerNorm(torch.nn.LayerNorm):
         if self.weight is None or self.bias is None or len(self.normalized_shape) != 1:
             return False
         return x.is_cuda and x.is_contiguous() and triton_importable()
+
+
+def layer_norm_with_offset(norm: torch.nn.LayerNorm, x: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
+    """``norm(x + offset)`` without a gradient: ``offset`` (fp32 ``[width]``, or None) joins each row in fp32.
+
+    One Triton kernel on a contiguous CUDA tensor (the offset loaded beside the weight and bias), else torch's
+    arithmetic; ``norm`` is a ``torch.nn.LayerNorm`` over the last dimension with weight and bias (a
+    :class:`TritonLayerNorm` or torch's own). For :mod:`bionemo.layers.residual_gemm`.
+    """
+    weight, bias = norm.weight, norm.bias
+    if x.is_cuda and x.is_contiguous() and triton_importable():
+        from bionemo.layers._layer_norm_triton import layer_norm_rows
+
+        return layer_norm_rows(x, weight, bias, norm.eps, offset)
+    shifted = x if offset is None else x.float() + offset
+    return torch.nn.functional.layer_norm(shifted, norm.normalized_shape, weight.float(), bias.float(), norm.eps).to(
+        x.dtype
+    )
 
 
 class local_layer_norm:  # noqa: N801 - a module builder named like megatron's WrappedTorchNorm it stands in for

@@ -124,6 +124,32 @@ class RotarySelfAttention(SelfAttention):
         cos, sin = _shared_tables(self._angles, query.dtype)
         return apply_rotary(query, cos, sin), apply_rotary(key, cos, sin), value
 
+    def attend(
+        self, hidden_states: torch.Tensor, attention_mask: Any, rotary_pos_emb: torch.Tensor, packed_seq_params: Any
+    ) -> torch.Tensor:
+        """The core attention's output ``[s, b, heads * d]``, which ``forward`` passes to the output projection.
+
+        For a call that :meth:`handles` (no inference context), and a caller that runs the output projection's GEMM
+        itself (:mod:`bionemo.layers.residual_gemm`). Megatron's steps: QKV projection, RoPE, ``thd`` squeeze, core
+        attention, ``thd`` reshape.
+        """
+        split: Any = super().get_query_key_value_tensors(hidden_states)
+        query, key, value = split
+        cos, sin = _shared_tables(rotary_pos_emb, query.dtype)
+        query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
+        if packed_seq_params is not None:
+            query, key, value = query.squeeze(1), key.squeeze(1), value.squeeze(1)
+        out = self.core_attention(
+            query, key, value, attention_mask, attn_mask_type=self.attn_mask_type, packed_seq_params=packed_seq_params
+        )
+        if packed_seq_params is not None and packed_seq_params.qkv_format == "thd":
+            out = out.reshape(out.size(0), 1, -1)
+        return out
+
+    def handles(self, rotary_pos_emb: Any, packed_seq_params: Any = None) -> bool:
+        """Whether :meth:`attend` (and this module's own RoPE) serves a call with these arguments, no inference."""
+        return self._handles(rotary_pos_emb, {"packed_seq_params": packed_seq_params})
+
     def _handles(self, angles: Any, kwargs: dict[str, Any]) -> bool:
         """Plain non-interleaved RoPE on one angles tensor, outside megatron's inference and fused paths."""
         config = self.config

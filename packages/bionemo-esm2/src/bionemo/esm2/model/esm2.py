@@ -33,13 +33,13 @@ from megatron.core.models.common.language_module.language_module import Language
 from megatron.core.transformer.enums import AttnMaskType, ModelType  # noqa: E402
 from megatron.core.transformer.module import MegatronModule  # noqa: E402
 from megatron.core.transformer.spec_utils import ModuleSpec  # noqa: E402
-from megatron.core.transformer.transformer_block import TransformerBlock  # noqa: E402
 from megatron.core.transformer.transformer_config import TransformerConfig  # noqa: E402
 
 from bionemo.core import BionemoTrainableModelConfig  # noqa: E402
 from bionemo.esm2.catalog import ESM_DEFAULTS  # noqa: E402
 from bionemo.esm2.hf.layout import MASK_TOKEN_ID, padded_vocab_size  # noqa: E402
 from bionemo.layers import (  # noqa: E402
+    ResidualInGemmBlock,
     UnpaddedSequences,
     chunk_length,
     context_parallel_group,
@@ -255,7 +255,7 @@ class ESM2Model(LanguageModule):
         self.rotary_pos_emb = ESM2RotaryEmbedding(
             config.kv_channels or config.hidden_size // config.num_attention_heads, config.rotary_base
         )
-        self.decoder = TransformerBlock(
+        self.decoder = ResidualInGemmBlock(
             config=config,
             spec=sdpa_layer_spec(AttnMaskType.padding),
             pre_process=pre_process,
