@@ -1,7 +1,6 @@
 """ResidualInGemmBlock on a GPU: bf16 ESM-2 prediction with the residual adds inside the GEMMs, against megatron's
 layers (``BIONEMO_RESIDUAL_IN_GEMM=0``), both against the same model in fp32."""
 
-import copy
 from typing import Any
 
 import pytest
@@ -30,7 +29,9 @@ def test_the_residual_gemms_are_no_farther_from_fp32_than_megatrons_layers(monke
         for name, p in model.named_parameters():
             if name.endswith("bias") and "layernorm" not in name:
                 p.normal_(0, 0.1)
-    half = copy.deepcopy(model).to(torch.bfloat16)
+    half: Any = config.configure_model().cuda()
+    half.load_state_dict(model.state_dict())
+    half = half.to(torch.bfloat16).eval()
     tokenizer = ProteinTokenizer()
     items = [{"tokens": tokenizer.encode(s)} for s in random_sequences(24, seed=5, low=20, high=400)]
     batch = collate_proteins(items, tokenizer.pad_id)

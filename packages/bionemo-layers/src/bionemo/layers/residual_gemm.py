@@ -116,13 +116,16 @@ def residual_in_gemm_applies(
 def _add_product(
     stream: torch.Tensor, x: torch.Tensor, linear: Any, offset: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """``(stream + x @ linear.weight.T`` in one GEMM, ``offset + linear.bias`` in fp32``)``."""
+    """``stream += x @ linear.weight.T`` in one GEMM and ``offset + linear.bias`` in fp32; returns both.
+
+    In place: torch's out-of-place ``addmm`` first copies its C matrix into the result, a pass of its own.
+    """
     rows = x.reshape(-1, x.shape[-1])
-    summed = torch.addmm(stream.reshape(-1, stream.shape[-1]), rows, linear.weight.t()).view(stream.shape)
+    stream.view(-1, stream.shape[-1]).addmm_(rows, linear.weight.t())
     bias = linear.bias
     if bias is None:
-        return summed, offset
-    return summed, (bias.float() if offset is None else offset + bias)
+        return stream, offset
+    return stream, (bias.float() if offset is None else offset + bias)
 
 
 def forward_residual_in_gemm(
@@ -136,7 +139,7 @@ def forward_residual_in_gemm(
 
     The residual adds run inside the GEMMs (see the module); for a call :func:`residual_in_gemm_applies` to.
     """
-    stream, offset = hidden_states, None
+    stream, offset = hidden_states.clone(memory_format=torch.contiguous_format), None  # the GEMMs add into it
     layers: Any = block.layers
     for layer in layers:
         attention, mlp = layer.self_attention, layer.mlp
