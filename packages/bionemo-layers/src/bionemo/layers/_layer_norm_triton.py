@@ -2,10 +2,11 @@
 
 Forward: each program takes one or a few rows (tokens; :func:`forward_tiling`), loads each once (in prediction
 optionally adding a constant vector to it first, for :mod:`bionemo.layers.residual_gemm`), takes mean and variance
-in fp32, normalizes, scales, shifts and stores in the output's dtype; for training it also keeps each row's mean and reciprocal standard
-deviation (fp32). Backward (the Triton tutorial's scheme): each program takes a contiguous run of rows, writes
-their input gradient and sums its rows' weight and bias gradients in fp32 registers; the per-program partial sums
-are then added up by torch (one ``[2, programs, width]`` fp32 buffer for both parameters, one reduction).
+in fp32, normalizes, scales, shifts and stores in the output's dtype; for training it also keeps each row's mean
+and reciprocal standard deviation (fp32). Backward (the Triton tutorial's scheme): each program takes a contiguous
+run of rows, writes their input gradient and sums its rows' weight and bias gradients in fp32 registers; the
+per-program partial sums are then added up by torch (one ``[2, programs, width]`` fp32 buffer for both parameters,
+one reduction).
 """
 
 import functools
