@@ -7,7 +7,9 @@ The math, layer by layer (``modeling_esm.py`` of transformers 4.57.6 is the refe
   in training and in evaluation alike; then multiplied by the attention mask (padding rows are zero).
 - Pre-LayerNorm transformer layers (megatron-core's local layer spec with torch SDPA attention): rotary
   embeddings over the whole head dimension, non-interleaved halves, base 10000; softmax scale
-  ``1 / sqrt(head_dim)``; exact (erf) GELU in the MLP; dropout as configured.
+  ``1 / sqrt(head_dim)``; exact (erf) GELU in the MLP; dropout as configured. The block is
+  :class:`bionemo.layers.ResidualInGemmBlock` (megatron's ``TransformerBlock``; in half-precision GPU prediction its
+  residual adds run inside the GEMMs, the same math).
 - ``emb_layer_norm_after`` = megatron's final LayerNorm of the transformer block.
 - LM head: dense -> exact GELU -> LayerNorm -> projection onto the (tied) word embeddings + its own bias.
 
