@@ -5,7 +5,9 @@ random Hugging Face ESM-2 folder of ``--shape`` (tools/bench_predict.py ``save_r
 downloaded) and a FASTA of ``--sequences`` random proteins (``random_proteins``), then
 
 1. runs ``python -m bionemo.cli run predict --checkpoint HF_DIR --data F.fasta --include embeddings`` plainly
-   ``--repeat`` times and prints each wall time (the first run of a fresh install also compiles bytecode);
+   ``--repeat`` times and prints each wall time (the first run of a fresh install also compiles bytecode) with the
+   phases the command's ``summary.json`` timed (inputs, ``import torch`` included; the Trainer's environment; the
+   model's set-up; the loop; writing) and the rest (interpreter start, the CLI's imports, exit);
 2. runs it once more in a child that arms what the entry point arms (``bionemo.cli.app.skip_unused_imports``),
    stamps the time, profiles the command (cProfile, kept as ``predict.prof`` with ``--dir``) and logs its imports
    (``-X importtime``), and prints a phase table: interpreter start, each phase of the command (cumulative,
@@ -109,13 +111,19 @@ def _command(hf: Path, fasta: Path, out: Path, extra: list[str]) -> list[str]:
             "--include", "embeddings", *extra]  # fmt: skip
 
 
-def _plain(args: list[str], out: Path) -> tuple[float, float | None]:
+SUMMARY_PHASES = ("inputs", "trainer_environment", "model_setup", "loop", "write")
+"""The phases a plain run's ``summary.json`` times (``phase_seconds``, and ``predict_seconds`` for the loop)."""
+
+
+def _plain(args: list[str], out: Path) -> tuple[float, dict[str, float | None]]:
+    """The command's wall time and the phases its ``summary.json`` timed (None where it timed none)."""
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "bionemo.cli", *args], check=True, capture_output=True)
     wall = time.perf_counter() - start
     summary = json.loads((out / "summary.json").read_text())
-    return wall, summary.get("predict_seconds")
+    phases = {**summary.get("phase_seconds", {}), "loop": summary.get("predict_seconds")}
+    return wall, {name: phases.get(name) for name in SUMMARY_PHASES}
 
 
 def _profiled(args: list[str], out: Path, work: Path, top: int) -> None:
@@ -170,10 +178,13 @@ def main() -> None:
     print(f"bionemo {' '.join(command)}")
     no_pyc, prefix = os.environ.get("PYTHONDONTWRITEBYTECODE"), os.environ.get("PYTHONPYCACHEPREFIX")
     bytecode = f"PYTHONDONTWRITEBYTECODE={no_pyc}, PYTHONPYCACHEPREFIX={prefix}"
-    print(f"{'plain run':10} {'wall s':>8} {'loop s':>8}  ({bytecode})")
+    print(f"plain runs, seconds ({bytecode}); rest: interpreter start, imports, exit")
+    print(f"{'run':5} {'wall':>7}" + "".join(f" {name:>19}" for name in SUMMARY_PHASES) + f" {'rest':>7}")
     for i in range(args.repeat):
-        wall, loop = _plain(command, out)
-        print(f"{i + 1:<10} {wall:8.2f} {'-' if loop is None else f'{loop:8.2f}':>8}")
+        wall, phases = _plain(command, out)
+        timed = [seconds for seconds in phases.values() if seconds is not None]
+        cells = "".join(f" {'-' if s is None else f'{s:.2f}':>19}" for s in phases.values())
+        print(f"{i + 1:<5} {wall:7.2f}{cells} {wall - sum(timed):7.2f}")
     _profiled(command, out, work, args.top)
     if args.dir is None:
         shutil.rmtree(work, ignore_errors=True)

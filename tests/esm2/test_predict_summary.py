@@ -51,6 +51,23 @@ def test_summary_separates_the_first_batch_from_the_rest_of_the_loop(tmp_path):
     assert "speed after the first batch" in result.output
 
 
+def test_summary_times_the_commands_phases_around_the_loop(tmp_path):
+    """Inputs, the Trainer's environment, the model's set-up and the writing, each measured, none inside another."""
+    import time
+
+    out = tmp_path / "out"
+    args = ["run", "predict", "--include", "embeddings", "--output-dir", str(out)]
+    start = time.perf_counter()
+    result = runner.invoke(app, args, terminal_width=200)
+    wall = time.perf_counter() - start
+    assert result.exit_code == 0, result.output
+    summary = json.loads((out / "summary.json").read_text(), parse_constant=_no_constants)
+    phases = summary["phase_seconds"]
+    assert set(phases) == {"inputs", "trainer_environment", "model_setup", "write"}
+    assert all(seconds > 0 for seconds in phases.values()), phases
+    assert sum(phases.values()) + summary["predict_seconds"] < wall
+
+
 def test_speed_after_the_first_batch_leaves_out_its_tokens_and_seconds():
     from bionemo.esm2.recipes.predict import _speed
 

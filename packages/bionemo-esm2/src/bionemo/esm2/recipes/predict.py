@@ -3,6 +3,7 @@
 import json
 import shutil
 import sys
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     from bionemo.esm2.recipes.prediction_shards import PREDICTIONS, check_previous_outputs, fingerprint
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir
 
+    started = time.perf_counter()
     # every check that needs no tensor comes first and imports nothing heavy: bad input is refused at once
     check_hardware(settings, training=False)
     header = checked_checkpoint_header(settings.checkpoint or BUNDLED_CHECKPOINT)
@@ -74,7 +76,8 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     check_output_dir(out)
     if replaced:
         (out / PREDICTIONS).unlink(missing_ok=True)  # a stale file must not outlive --overwrite's interrupted run
-    return _predict(settings, defaults, recipe, checkpoint, records, out, layers, stamp)
+    inputs = time.perf_counter() - started
+    return _predict(settings, defaults, recipe, checkpoint, records, out, layers, stamp, inputs_seconds=inputs)
 
 
 def _outputs(settings: RunSettings, layers: list[int]) -> dict[str, Any]:
@@ -232,6 +235,7 @@ def _predict(
     out: Path,
     layers: list[int],
     stamp: str,
+    inputs_seconds: float,
 ) -> SummaryRows:
     from bionemo.callbacks import prediction_files
     from bionemo.esm2.recipes.prediction_shards import FINGERPRINT_KEY, PREDICTIONS, finished_samples, remaining
@@ -243,6 +247,7 @@ def _predict(
     timing = _run_prediction(settings, defaults, checkpoint, records, todo, shards, layers) if todo else {}
     if not is_launching_rank() or timing.get("rank", 0) != 0:
         return []
+    writing = time.perf_counter()
     metadata = {"recipe": json.dumps(recipe), "checkpoint": json.dumps(str(checkpoint.path)), FINGERPRINT_KEY: stamp}
     residue_keys = ["residue_embeddings"]
     spec = getattr(checkpoint, "finetune", None)
@@ -266,6 +271,8 @@ def _predict(
         from bionemo.esm2.finetune.predict import PREDICTIONS_CSV, write_predictions_csv
 
         table = write_predictions_csv(out / PREDICTIONS_CSV, path, spec)
+    phases = {"inputs": inputs_seconds, **timing.get("phases", {}), "write": time.perf_counter() - writing}
+    timing = {**timing, "phases": phases}
     rows = _summarize(settings, checkpoint, records, out, path, timing, resumed=len(records) - len(todo))
     return rows if table is None else [*rows, ("predictions (CSV)", table)]
 
@@ -325,6 +332,7 @@ def _run_prediction(
     writer = PredictionWriter(shards, settings.write_interval.value, keep_existing=True)
     callbacks = [writer, clock, *callbacks, HostMemoryTrim(every_n_batches=8), RichProgressBar(leave=True)]
     trainer = build_trainer(settings, training=False, callbacks=callbacks)
+    before = time.perf_counter()
     trainer.predict(module, datamodule=data, return_predictions=False)
     trainer.strategy.barrier()  # every rank's shards are on disk before rank 0 merges them
 
@@ -339,6 +347,10 @@ def _run_prediction(
         "first_batch_seconds": clock.first_batch_seconds,
         # each model replica's first batch (batches are dealt round-robin to data-parallel ranks)
         "first_batches_tokens": sum(tokens(batch) for batch in plan[: settings.data_parallel_size()]),
+        "phases": {
+            "trainer_environment": None if clock.setup_at is None else clock.setup_at - before,
+            "model_setup": clock.setup_seconds,
+        },
     }
 
 
@@ -530,6 +542,7 @@ def _summarize(
         "precision": (settings.precision or Precision.FP32).value,
         "tokens_per_batch": timing.get("tokens_per_batch"),
         **_speed(timing),
+        "phase_seconds": timing.get("phases", {}),
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
     rows = [
