@@ -91,6 +91,11 @@ def _hooked(block: torch.nn.Module) -> bool:
     return any(m._forward_hooks or m._forward_pre_hooks for m in block.modules())
 
 
+def _half_on_gpu(hidden_states: torch.Tensor) -> bool:
+    """Half-precision hidden states on a GPU: where the residual GEMMs pay (and the LayerNorm offset is Triton's)."""
+    return hidden_states.is_cuda and hidden_states.dtype in _HALF
+
+
 def residual_in_gemm_applies(
     block: TransformerBlock, hidden_states: Any, rotary_pos_emb: Any, packed_seq_params: Any = None
 ) -> bool:
@@ -99,8 +104,7 @@ def residual_in_gemm_applies(
     return (
         os.environ.get(SWITCH, "1") != "0"
         and isinstance(hidden_states, torch.Tensor)
-        and hidden_states.is_cuda
-        and hidden_states.dtype in _HALF
+        and _half_on_gpu(hidden_states)
         and not torch.is_grad_enabled()
         and not block.training
         and not config.fp8
