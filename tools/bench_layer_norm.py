@@ -4,9 +4,12 @@ Times the kernels with torch.profiler (GPU time summed over the kernels of each 
 count) on ``--rows`` rows (default 16,416: a micro-batch of 16 x 1026 of the GPU recipe) of each ``--widths``, in
 bf16, and prints torch's figure, ours and their ratio; ``--per-sm`` tries the backward with that many programs per
 multiprocessor (``bionemo.layers._layer_norm_triton.BACKWARD_PROGRAMS_PER_SM``; ``width``: the default choice by
-width, 16 up to width 640 and 4 above). Figures: docs/benchmarks.md#layernorm-kernels.
+width, 16 up to width 640 and 4 above), ``--forward-tiling`` the gradient-free forward with that many rows per
+program and warps (``FORWARD_TILING``, ``ROWSxWARPS``; ``width``: the default by width), with its memory traffic per
+second. Figures: docs/benchmarks.md#layernorm-kernels.
 
 Usage (GPU machine): python tools/bench_layer_norm.py [--rows 16416] [--widths 640,1280] [--per-sm width,4,16,64]
+    [--forward-tiling width,1x4,2x4,4x4,8x4,4x8]
 GPU smoke (CUDA and Triton only, no CPU run): python tools/bench_layer_norm.py --rows 1024 --widths 64
 """
 
@@ -51,12 +54,20 @@ def training(norm: Any, x: Any, dy: Any) -> Callable[[], None]:
     return call
 
 
+def triton_block(width: int) -> int:
+    """The power-of-two lanes a kernel program holds a row of ``width`` in."""
+    return 1 << (width - 1).bit_length()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rows", type=int, default=16 * 1026)
     parser.add_argument("--widths", default="640,1280")
     parser.add_argument(
         "--per-sm", default="width,4,16,64", help="backward programs per multiprocessor to try ('width': the default)"
+    )
+    parser.add_argument(
+        "--forward-tiling", default="width", help="forward rows per program x warps to try ('width': the default)"
     )
     args = parser.parse_args()
 
@@ -72,9 +83,16 @@ def main() -> None:
         ours = TritonLayerNorm(width, device="cuda", dtype=torch.bfloat16)
 
         reference = gpu_microseconds(inference(theirs, x))
-        mine = gpu_microseconds(inference(ours, x))
-        print(f"width {width}, {args.rows:,} rows, bf16: forward without gradient  torch {reference:7.1f} us  "
-              f"ours {mine:7.1f} us  ({reference / mine:.2f}x)")  # fmt: skip
+        terabytes = 2 * x.numel() * x.element_size() / 1e12  # read and written once
+        for setting in args.forward_tiling.split(","):
+            kernels.FORWARD_TILING = None if setting == "width" else tuple(int(n) for n in setting.split("x"))
+            rows, warps = kernels.forward_tiling(triton_block(width))
+            mine = gpu_microseconds(inference(ours, x))
+            chosen = ", the default for this width" if setting == "width" else ""
+            print(f"width {width}, {args.rows:,} rows, bf16: forward without gradient  torch {reference:7.1f} us  "
+                  f"ours {mine:7.1f} us  ({reference / mine:.2f}x, {terabytes / mine * 1e6:.2f} TB/s, "
+                  f"{rows} rows per program x {warps} warps{chosen})")  # fmt: skip
+        kernels.FORWARD_TILING = None
         reference = gpu_microseconds(training(theirs, x, dy))
         for setting in args.per_sm.split(","):
             kernels.BACKWARD_PROGRAMS_PER_SM = None if setting == "width" else int(setting)

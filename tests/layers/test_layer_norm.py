@@ -22,8 +22,11 @@ CHILD = """
 import json, sys
 import torch
 import torch.nn.functional as F
+import bionemo.layers._layer_norm_triton as kernels
 from bionemo.layers._layer_norm_triton import layer_norm_rows
 errors = {}
+tiling = json.loads(sys.argv[1])
+kernels.FORWARD_TILING = None if tiling is None else tuple(tiling)
 for width, name in ((64, "float32"), (12, "float32"), (64, "bfloat16")):
     dtype = getattr(torch, name)
     torch.manual_seed(0)
@@ -42,11 +45,14 @@ print(json.dumps(errors))
 
 # The training kernels against torch's autograd (37 rows: the backward's 4 programs take 10, 10, 10 and 7 rows).
 TRAINING_CHILD = """
-import json
+import json, sys
 import torch
 import torch.nn.functional as F
+import bionemo.layers._layer_norm_triton as kernels
 from bionemo.layers._layer_norm_triton import TrainingLayerNorm
 errors = {}
+tiling = json.loads(sys.argv[1])
+kernels.FORWARD_TILING = None if tiling is None else tuple(tiling)
 for rows, width, name in ((37, 64, "float32"), (10, 12, "float32"), (9, 64, "bfloat16")):
     dtype = getattr(torch, name)
     torch.manual_seed(0)
@@ -66,11 +72,15 @@ print(json.dumps(errors))
 """
 
 
-def test_triton_kernel_equals_torch_layer_norm():
-    """``width = 12``: not a power of two (masked lanes must not enter the mean or the variance)."""
+@pytest.mark.parametrize("tiling", [None, [1, 2]], ids=["by-width", "1-row-per-program"])
+def test_triton_kernel_equals_torch_layer_norm(tiling):
+    """``width = 12``: not a power of two (masked lanes must not enter the mean or the variance); 15 rows: with the
+    default 4 rows per program at these widths the last program has one row beyond the tensor (masked); one row per
+    program is the setting for rows wider than 2048 lanes."""
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run([sys.executable, "-c", CHILD], env=env, capture_output=True, text=True, check=False)
+    command = [sys.executable, "-c", CHILD, json.dumps(tiling)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     errors = json.loads(result.stdout.strip().splitlines()[-1])
     for offset in ("", "-offset"):
@@ -79,16 +89,30 @@ def test_triton_kernel_equals_torch_layer_norm():
         assert errors[f"64-bfloat16{offset}"] < 8e-3  # the output rounded to bf16 (relative precision 2**-8)
 
 
-def test_triton_training_kernels_equal_torch_autograd():
+@pytest.mark.parametrize("tiling", [None, [1, 2]], ids=["by-width", "1-row-per-program"])
+def test_triton_training_kernels_equal_torch_autograd(tiling):
+    """The forward's per-row statistics feed the backward, with 4 rows per program (the default at these widths; 37
+    and 9 rows: a partial last program) and with one."""
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
-    result = subprocess.run(
-        [sys.executable, "-c", TRAINING_CHILD], env=env, capture_output=True, text=True, check=False
-    )
+    command = [sys.executable, "-c", TRAINING_CHILD, json.dumps(tiling)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     errors = json.loads(result.stdout.strip().splitlines()[-1])
     for key, error in errors.items():
         assert error < (1e-6 if "float32" in key else 1.6e-2), (key, error)
+
+
+def test_forward_tiling_holds_at_most_4096_lanes_per_program():
+    pytest.importorskip("triton")
+    from bionemo.layers._layer_norm_triton import forward_tiling
+
+    assert forward_tiling(1024) == (4, 4)  # width 640 (ESM-2 150M)
+    assert forward_tiling(2048) == (2, 4)  # width 1280 (650M)
+    for block in (16, 64, 256, 1024, 2048, 4096, 8192):
+        rows, warps = forward_tiling(block)
+        assert rows == 1 or rows * block <= 4096
+        assert warps in (1, 2, 4, 8)
 
 
 def _config():

@@ -1,11 +1,12 @@
 """The Triton kernels behind :class:`bionemo.layers.layer_norm.TritonLayerNorm` on GPUs (imported on first CUDA use).
 
-Forward: one program per row (one token) loads the row once (in prediction optionally adding a constant vector
-to it first, for :mod:`bionemo.layers.residual_gemm`), takes mean and variance in fp32, normalizes, scales,
-shifts and stores in the output's dtype; for training it also keeps each row's mean and reciprocal standard
-deviation (fp32). Backward (the Triton tutorial's scheme): each program takes a contiguous run of rows, writes
-their input gradient and sums its rows' weight and bias gradients in fp32 registers; the per-program partial sums
-are then added up by torch (one ``[2, programs, width]`` fp32 buffer for both parameters, one reduction).
+Forward: each program takes one or a few rows (tokens; :func:`forward_tiling`), loads each once (in prediction
+optionally adding a constant vector to it first, for :mod:`bionemo.layers.residual_gemm`), takes mean and variance
+in fp32, normalizes, scales, shifts and stores in the output's dtype; for training it also keeps each row's mean
+and reciprocal standard deviation (fp32). Backward (the Triton tutorial's scheme): each program takes a contiguous
+run of rows, writes their input gradient and sums its rows' weight and bias gradients in fp32 registers; the
+per-program partial sums are then added up by torch (one ``[2, programs, width]`` fp32 buffer for both parameters,
+one reduction).
 """
 
 import functools
@@ -22,26 +23,28 @@ __all__ = ["TrainingLayerNorm", "layer_norm_rows"]
 
 @triton.jit
 def _layer_norm_kernel(
-    x_ptr, offset_ptr, weight_ptr, bias_ptr, out_ptr, mean_ptr, rstd_ptr, width, eps,
-    BLOCK: tl.constexpr, STATS: tl.constexpr, OFFSET: tl.constexpr,
+    x_ptr, offset_ptr, weight_ptr, bias_ptr, out_ptr, mean_ptr, rstd_ptr, rows, width, eps,
+    BLOCK: tl.constexpr, ROWS: tl.constexpr, STATS: tl.constexpr, OFFSET: tl.constexpr,
 ):  # fmt: skip
-    row = tl.program_id(0).to(tl.int64)
-    col = tl.arange(0, BLOCK)
-    mask = col < width
-    x = tl.load(x_ptr + row * width + col, mask=mask, other=0.0).to(tl.float32)
+    first = tl.program_id(0).to(tl.int64) * ROWS  # int64 rows: offsets past 2**31 elements
+    row = first + tl.arange(0, ROWS)  # [ROWS]
+    col = tl.arange(0, BLOCK)[None, :]  # [1, BLOCK]
+    in_row = col < width
+    mask = (row[:, None] < rows) & in_row
+    x = tl.load(x_ptr + row[:, None] * width + col, mask=mask, other=0.0).to(tl.float32)
     if OFFSET:
-        x += tl.load(offset_ptr + col, mask=mask, other=0.0).to(tl.float32)
-    mean = tl.sum(x, axis=0) / width
-    centered = tl.where(mask, x - mean, 0.0)
-    variance = tl.sum(centered * centered, axis=0) / width
+        x += tl.load(offset_ptr + col, mask=in_row, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=1) / width
+    centered = tl.where(mask, x - mean[:, None], 0.0)
+    variance = tl.sum(centered * centered, axis=1) / width
     scale = 1.0 / tl.sqrt(variance + eps)
-    weight = tl.load(weight_ptr + col, mask=mask, other=0.0).to(tl.float32)
-    bias = tl.load(bias_ptr + col, mask=mask, other=0.0).to(tl.float32)
-    y = centered * scale * weight + bias
-    tl.store(out_ptr + row * width + col, y.to(out_ptr.dtype.element_ty), mask=mask)
+    weight = tl.load(weight_ptr + col, mask=in_row, other=0.0).to(tl.float32)
+    bias = tl.load(bias_ptr + col, mask=in_row, other=0.0).to(tl.float32)
+    y = centered * scale[:, None] * weight + bias
+    tl.store(out_ptr + row[:, None] * width + col, y.to(out_ptr.dtype.element_ty), mask=mask)
     if STATS:
-        tl.store(mean_ptr + row, mean)
-        tl.store(rstd_ptr + row, scale)
+        tl.store(mean_ptr + row, mean, mask=row < rows)
+        tl.store(rstd_ptr + row, scale, mask=row < rows)
 
 
 @triton.jit
@@ -83,6 +86,26 @@ def _num_warps(block: int) -> int:
     return min(max(block // 256, 1), 8)
 
 
+FORWARD_TILING: tuple[int, int] | None = None
+"""The forward's ``(rows per program, warps)``; ``None``: by width (:func:`forward_tiling`). Set it to try one
+setting for every width."""
+
+
+FORWARD_ELEMENTS_PER_PROGRAM = 4096
+"""Lanes one forward program holds (rows x block, four warps) for blocks up to this; wider rows take one row and
+up to eight warps. Measured on an H100 at widths 640 and 1280 (docs/benchmarks.md#layernorm-kernels): 4 and 2 rows
+per program with 4 warps reached 2.9-3.0 TB/s on 131,072 rows, one row 2.3-2.5 TB/s."""
+
+
+def forward_tiling(block: int) -> tuple[int, int]:
+    """The forward's rows per program and warps for rows held in ``block`` lanes (:data:`FORWARD_TILING` if set)."""
+    if FORWARD_TILING is not None:
+        return FORWARD_TILING
+    if block <= FORWARD_ELEMENTS_PER_PROGRAM // 2:
+        return min(4, FORWARD_ELEMENTS_PER_PROGRAM // block), 4
+    return 1, _num_warps(block)
+
+
 def _launch_forward(
     x: torch.Tensor,
     weight: torch.Tensor,
@@ -96,10 +119,11 @@ def _launch_forward(
     mean, rstd = torch.empty(2, rows if stats else 0, device=x.device, dtype=torch.float32)  # one allocation
     if rows == 0:
         return out, mean, rstd
+    per_program, warps = forward_tiling(block)
     kernel: Any = _layer_norm_kernel
-    kernel[(rows,)](
-        x, x if offset is None else offset, weight, bias, out, mean, rstd, width, eps,
-        BLOCK=block, STATS=stats, OFFSET=offset is not None, num_warps=_num_warps(block),
+    kernel[(cdiv(rows, per_program),)](
+        x, x if offset is None else offset, weight, bias, out, mean, rstd, rows, width, eps,
+        BLOCK=block, ROWS=per_program, STATS=stats, OFFSET=offset is not None, num_warps=warps,
     )  # fmt: skip
     return out, mean, rstd
 
