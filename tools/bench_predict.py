@@ -253,6 +253,12 @@ def print_shape(key: str, result: dict[str, Any], tokens: int, device: str) -> N
     for devices, ours in result["ours"].items():
         figure = f"{ours['tokens_per_s']:12,.0f}" if ours["tokens_per_s"] else f"{'-':>12}"
         print(f"  {f'ours, {devices} device(s)':44} {figure} {ours['wall_s']:8.1f}  {ours['source']}")
+    summary = result["ours"].get(1, {}).get("summary")
+    if summary and summary.get("phase_seconds"):
+        phases = {**summary["phase_seconds"], "loop": summary["predict_seconds"]}
+        rest = result["ours"][1]["wall_s"] - sum(value or 0.0 for value in phases.values())
+        split = ", ".join(f"{name} {_ratio(value)}" for name, value in phases.items())
+        print(f"  {'ours, 1 device: wall seconds by phase':44} {split}, rest (interpreter, imports, exit) {rest:.2f}")
     for name, value in [
         ("ours batching", " ".join(result["ours_batch_flags"])),
         ("ours after an untimed warm-up run (--warm-up)", "yes" if result.get("warm_up_run") else "no: cold caches"),
