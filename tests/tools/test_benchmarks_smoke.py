@@ -31,7 +31,10 @@ FIGURE_LINES = {
     "bench_input_errors": r"slowest case: \d+\.\d+ s \((within|OVER) the 3 s target\)",
     "bench_layer_norm": r"forward \+ backward +torch +\d+\.\d+ us",
     "bench_perplexity_memory": r"PerplexityLoggingCallback +[\d,]+ B +\d+\.\d+%",
-    "bench_predict": r"by phase +inputs \d+\.\d+.* loop \d+\.\d+.*\n(.*\n)*.*ratio ours \(1 device\) / HF best \(target >= 3\.0\) +\d+\.\d+",
+    "bench_predict": (
+        r"by phase +inputs \d+\.\d+.* loop \d+\.\d+.*\n(.*\n)*"
+        r".*ratio ours \(1 device\) / HF best \(target >= 3\.0\) +\d+\.\d+"
+    ),
     "bench_predict_memory": r"peak tree memory, largest / smallest input: \d+\.\d+x",
     "bench_predict_startup": r"exit after the command +\d+\.\d+",
     "bench_pseudo_perplexity": r"512 tokens per forward: +\d+\.\d+ s",
