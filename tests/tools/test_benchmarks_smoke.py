@@ -30,6 +30,7 @@ FIGURE_LINES = {
     "bench_imports": r"bionemo\.losses +\d+\.\d+ +torch",
     "bench_input_errors": r"slowest case: \d+\.\d+ s \((within|OVER) the 3 s target\)",
     "bench_layer_norm": r"forward \+ backward +torch +\d+\.\d+ us",
+    "bench_varlen_attention": r"fused, default \(\d+, \d+, \d+, \d+\) +\d+\.\d+ ms .*x",
     "bench_perplexity_memory": r"PerplexityLoggingCallback +[\d,]+ B +\d+\.\d+%",
     "bench_predict": (
         r"by phase +inputs \d+\.\d+.* loop \d+\.\d+.*\n(.*\n)*"
@@ -42,7 +43,7 @@ FIGURE_LINES = {
 }
 """The line each script prints its figure on: the tests require it in the smoke run's output."""
 
-GPU_ONLY = {"bench_layer_norm", "bench_recipe_throughput"}
+GPU_ONLY = {"bench_layer_norm", "bench_recipe_throughput", "bench_varlen_attention"}
 """Scripts that need CUDA (Triton kernels, bf16 peak FLOP/s): smoke-run on the GPU tier only."""
 
 

@@ -131,11 +131,17 @@ class RotarySelfAttention(SelfAttention):
 
         For a call that :meth:`handles` (no inference context), and a caller that runs the output projection's GEMM
         itself (:mod:`bionemo.layers.residual_gemm`). Megatron's steps: QKV projection, RoPE, ``thd`` squeeze, core
-        attention, ``thd`` reshape.
+        attention, ``thd`` reshape; where the core attention :meth:`~bionemo.layers.SDPACoreAttention.attends_rotated`
+        (unpadded sequences on GPUs), RoPE and attention are one kernel reading the projection's output in place.
         """
         split: Any = super().get_query_key_value_tensors(hidden_states)
         query, key, value = split
         cos, sin = _shared_tables(rotary_pos_emb, query.dtype)
+        core: Any = self.core_attention
+        if packed_seq_params is not None:
+            squeezed = query.squeeze(1), key.squeeze(1), value.squeeze(1)
+            if getattr(core, "attends_rotated", None) and core.attends_rotated(*squeezed[:2], packed_seq_params):
+                return core.attend_rotated(*squeezed, packed_seq_params, cos, sin).unsqueeze(1)
         query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         if packed_seq_params is not None:
             query, key, value = query.squeeze(1), key.squeeze(1), value.squeeze(1)

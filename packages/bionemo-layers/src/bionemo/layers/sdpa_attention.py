@@ -19,6 +19,7 @@ prediction's start-up on the CPU machine that the prediction path no longer pays
 import contextlib
 import functools
 import importlib.util
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,8 @@ from megatron.core.transformer.module import MegatronModule
 from megatron.core.transformer.spec_utils import ModuleSpec
 from megatron.core.transformer.transformer_config import TransformerConfig
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+from bionemo.layers._triton import triton_importable
 
 __all__ = ["SDPACoreAttention", "UnpaddedSequences", "sdpa_layer_spec", "varlen_attention_available"]
 
@@ -127,6 +130,20 @@ class UnpaddedSequences(PackedSeqParams):
         self.qkv_format = "thd"
 
 
+FUSED_ROTARY_SWITCH = "BIONEMO_FUSED_ROTARY_ATTENTION"
+"""Set to ``0`` to keep RoPE and attention apart in GPU prediction (:meth:`SDPACoreAttention.attends_rotated`)."""
+
+
+def fused_rotary_attention_available(query: torch.Tensor) -> bool:
+    """Whether the Triton kernel that rotates and attends in one pass can run on ``query``: CUDA, fp16 / bf16."""
+    return (
+        query.is_cuda
+        and query.dtype in (torch.float16, torch.bfloat16)
+        and os.environ.get(FUSED_ROTARY_SWITCH, "1") != "0"
+        and triton_importable()
+    )
+
+
 class SDPACoreAttention(MegatronModule):
     """Core attention (softmax(QK^T / sqrt(d)) V) through ``torch.nn.functional.scaled_dot_product_attention``.
 
@@ -220,6 +237,46 @@ class SDPACoreAttention(MegatronModule):
         if dropout == 0.0 or not _on_cuda(query) or self.config.sequence_parallel or tracker is None:
             return contextlib.nullcontext()
         return tracker.fork()
+
+    def attends_rotated(self, query: torch.Tensor, key: torch.Tensor, packed_seq_params: Any) -> bool:
+        """Whether :meth:`attend_rotated` serves these ``[T, heads, d]`` unpadded sequences.
+
+        Prediction on GPUs: :class:`UnpaddedSequences` with their boundaries, bidirectional, nothing to record for a
+        backward, no dropout to draw, one context-parallel rank, as many key heads as query heads, CUDA in fp16 /
+        bf16 with Triton (:func:`fused_rotary_attention_available`).
+        """
+        return (
+            isinstance(packed_seq_params, UnpaddedSequences)
+            and packed_seq_params.boundaries is not None
+            and self.attn_mask_type not in _CAUSAL_MASK_TYPES
+            and not torch.is_grad_enabled()
+            and not (self.training and self.dropout_p > 0)
+            and not self.context_parallel
+            and key.shape == query.shape
+            and fused_rotary_attention_available(query)
+        )
+
+    def attend_rotated(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        packed: UnpaddedSequences,
+        cos: torch.Tensor,
+        sin: torch.Tensor,
+    ) -> torch.Tensor:
+        """``[T, heads, d]`` query / key before RoPE and value -> ``[T, heads * d]``, RoPE and attention in one kernel.
+
+        The same as :func:`bionemo.layers.rotary.apply_rotary` on query and key (``cos``/``sin [T, d]``) and then
+        :meth:`forward` (the flash kernel), without writing the rotated query and key: for calls
+        :meth:`attends_rotated` to (``bionemo.layers._varlen_attention_triton``).
+        """
+        from bionemo.layers._varlen_attention_triton import varlen_rotary_attention
+
+        assert packed.boundaries is not None
+        return varlen_rotary_attention(
+            query, key, value, packed.boundaries, packed.longest, self.softmax_scale, cos, sin
+        )
 
     def _attend_unpadded(
         self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, packed: UnpaddedSequences
