@@ -31,7 +31,6 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     position 0, zeros beyond ``<eos>``) and with ``--include perplexity`` the masked-token ``perplexity [n]``
     (15% of residues masked, the mask drawn from the sequence itself).
     """
-    from bionemo.core.triton_compiler_key import prefetch_triton_compiler_key
     from bionemo.esm2.data.readers import InputError, read_sequences
     from bionemo.esm2.recipes.inputs import BUNDLED_CHECKPOINT, BUNDLED_SEQUENCES
     from bionemo.esm2.recipes.model_settings import check_same_shape
@@ -72,8 +71,6 @@ def predict(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> 
     check_output_dir(out, create=False)
     stamp = fingerprint(header.path, records, {**_outputs(settings, layers), "finetuned": spec is not None})
     replaced = check_previous_outputs(out, stamp, overwrite=settings.overwrite)
-    if accelerator(settings) == "gpu":  # hashed beside the checkpoint reading and model set-up, not in batch 1
-        prefetch_triton_compiler_key()
     checkpoint = checked_checkpoint(header.path)  # the tensors: NaN/Inf and what only reading them shows
     _check_contacts(settings, checkpoint)  # a pytorch_model.bin shows its contact head only now
     check_output_dir(out)
