@@ -3,8 +3,7 @@
 Batches as ``tools/bench_predict.py`` makes them: ``--sequences`` proteins of its ``random_proteins``, sorted by length,
 each ``+ 2`` tokens; from the position ``--fractions`` of that order on, as many sequences as fit ``--tokens`` padded
 tokens (count x longest). Per batch and head shape (``--shapes``, heads x d): query, key and value are strided views of
-one ``[T, 3, heads, d]`` bf16 buffer, cos / sin tables of random angles per position (``[longest, d]``; the reference
-gets them per token, ``[T, d]``, as ``apply_rotary`` takes them). Reference: ``rotate_strided``
+one ``[T, 3, heads, d]`` bf16 buffer, cos / sin ``[T, d]`` tables of random angles. Reference: ``rotate_strided``
 (``bionemo.layers._rotary_triton``) on the query and the key, then ``torch.ops.aten._flash_attention_forward``; ours:
 ``varlen_rotary_attention`` (``bionemo.layers._varlen_attention_triton``) at its default tiling, then, unless
 ``--no-sweep``, at every tiling of BLOCK_M and BLOCK_N in 32, 64, 128, 4 or 8 warps and 1 to 3 stages (tilings that
@@ -63,14 +62,11 @@ def make_inputs(lengths: list[int], heads: int, d: int, seed: int = 0) -> dict[s
     generator = torch.Generator(device="cuda").manual_seed(seed)
     tokens = sum(lengths)
     fused = torch.randn(tokens, 3, heads, d, device="cuda", dtype=torch.bfloat16, generator=generator)
-    angles = torch.rand(max(lengths), d, device="cuda", generator=generator) * (2 * math.pi)
-    positions = torch.cat([torch.arange(n, device="cuda") for n in lengths])
+    angles = torch.rand(tokens, d, device="cuda", generator=generator) * (2 * math.pi)
     starts = [0, *itertools.accumulate(lengths)]
     return {
         "query": fused[:, 0], "key": fused[:, 1], "value": fused[:, 2],
         "cos": angles.cos().to(torch.bfloat16), "sin": angles.sin().to(torch.bfloat16),
-        "token_cos": angles.cos().to(torch.bfloat16)[positions],
-        "token_sin": angles.sin().to(torch.bfloat16)[positions],
         "bounds": torch.tensor(starts, dtype=torch.int32, device="cuda"), "longest": max(lengths),
     }  # fmt: skip
 
@@ -83,8 +79,7 @@ def reference(inputs: dict[str, Any], rope: bool = True) -> Any:
 
     query, key, value = inputs["query"], inputs["key"], inputs["value"]
     if rope:
-        cos, sin = inputs["token_cos"], inputs["token_sin"]
-        query, key = (rotate_strided(t.unsqueeze(1), cos, sin).squeeze(1) for t in (query, key))
+        query, key = (rotate_strided(t.unsqueeze(1), inputs["cos"], inputs["sin"]).squeeze(1) for t in (query, key))
     bounds, longest, d = inputs["bounds"], inputs["longest"], query.shape[-1]
     out = torch.ops.aten._flash_attention_forward(
         query, key, value, bounds, bounds, longest, longest, 0.0, False, False, scale=d**-0.5

@@ -17,16 +17,15 @@ def test_fused_kernel_equals_rope_then_flash_attention(head_dim, lengths):
     tokens, heads = sum(lengths), 20
     qkv = torch.randn(tokens, heads, 3, head_dim, device="cuda", dtype=torch.bfloat16)  # megatron's fused layout
     query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-    positions = torch.cat([torch.arange(n, device="cuda") for n in lengths])
+    positions = torch.cat([torch.arange(n, device="cuda") for n in lengths]).float()
     inverse = 1.0 / (10000 ** (torch.arange(0, head_dim, 2, device="cuda").float() / head_dim))
-    angles = torch.outer(torch.arange(max(lengths), device="cuda").float(), inverse)
-    cos, sin = rotary_tables(torch.cat((angles, angles), dim=-1), torch.bfloat16)  # per position
+    angles = torch.outer(positions, inverse)
+    cos, sin = rotary_tables(torch.cat((angles, angles), dim=-1), torch.bfloat16)
     bounds = torch.tensor([0, *lengths], device="cuda").cumsum(0).to(torch.int32)
     longest, scale = max(lengths), head_dim**-0.5
 
     ours = varlen_rotary_attention(query, key, value, bounds, longest, scale, cos, sin)
-    token_cos, token_sin = cos[positions], sin[positions]
-    rotated_query, rotated_key = (rotate_strided(t[:, None], token_cos, token_sin)[:, 0] for t in (query, key))
+    rotated_query, rotated_key = (rotate_strided(t[:, None], cos, sin)[:, 0] for t in (query, key))
     theirs = torch.ops.aten._flash_attention_forward(
         rotated_query, rotated_key, value, bounds, bounds, longest, longest, 0.0, False, False, scale=scale
     )[0].reshape(tokens, heads * head_dim)

@@ -8,9 +8,7 @@ Contract of :func:`varlen_rotary_attention`: ``query``, ``key``, ``value`` ``[T,
 two dimensions, unit stride in ``d``: views into megatron's fused QKV projection are read in place), sequences
 concatenated and cut at ``bounds`` (int32 ``[n + 1]``, ``cu_seqlens``), ``longest`` at least every sequence's
 length. Each token attends to every token of its own sequence (no causal mask, no dropout). RoPE (optional,
-``cos``/``sin [P, d]`` per position in a sequence, ``P >= longest``, from :func:`bionemo.layers.rotary.rotary_tables`
-of the angles of positions ``0 .. P - 1``; the kernel takes each token's position from ``bounds``, so the tables stay
-small and cached however many tokens there are) rotates query and key as
+``cos``/``sin [T, d]`` from :func:`bionemo.layers.rotary.rotary_tables`) rotates query and key as
 :func:`~bionemo.layers.rotary.apply_rotary`'s kernel does: ``x * cos + rotate_half(x) * sin`` in fp32 over the two
 halves of ``d``, rounded to the input dtype before the product. Returns a new contiguous ``[T, heads * d]`` tensor in
 the input dtype.
@@ -63,17 +61,14 @@ def default_tiling(head_dim: int, longest: int) -> Tiling:
 
 
 @triton.jit
-def _load_halves(ptr, cos_ptr, sin_ptr, token, position, stride_t, head_offset, half_col, mask,
+def _load_halves(ptr, cos_ptr, sin_ptr, token, stride_t, head_offset, half_col, mask,
                  HALF: tl.constexpr, ROPE: tl.constexpr):  # fmt: skip
-    """Rows ``token`` of one head as two halves ``[rows, HALF_BLOCK]``, input dtype, rotated if ``ROPE``.
-
-    The tables' rows are the tokens' ``position`` in their sequence.
-    """
+    """Rows ``token`` ``[rows]`` of one head as two halves ``[rows, HALF_BLOCK]``, rotated if ``ROPE``, input dtype."""
     source = (token * stride_t + head_offset)[:, None] + half_col[None, :]
     x1 = tl.load(ptr + source, mask=mask, other=0.0)
     x2 = tl.load(ptr + source + HALF, mask=mask, other=0.0)
     if ROPE:  # x * cos + rotate_half(x) * sin, rotate_half(x) = (-x2, x1), in fp32
-        table = (position * (2 * HALF))[:, None] + half_col[None, :]
+        table = (token * (2 * HALF))[:, None] + half_col[None, :]
         cos1 = tl.load(cos_ptr + table, mask=mask, other=0.0).to(tl.float32)
         cos2 = tl.load(cos_ptr + table + HALF, mask=mask, other=0.0).to(tl.float32)
         sin1 = tl.load(sin_ptr + table, mask=mask, other=0.0).to(tl.float32)
@@ -98,9 +93,7 @@ def _attend_keys(acc, row_sum, row_max, q1, q2, k_ptr, v_ptr, cos_ptr, sin_ptr, 
         in_sequence = position < length
         token = start + position
         half_mask = (in_sequence[:, None] & (half_col < HALF)[None, :]) if MASKED else (half_col < HALF)[None, :]
-        k1, k2 = _load_halves(
-            k_ptr, cos_ptr, sin_ptr, token, position, stride_kt, k_head, half_col, half_mask, HALF, ROPE
-        )
+        k1, k2 = _load_halves(k_ptr, cos_ptr, sin_ptr, token, stride_kt, k_head, half_col, half_mask, HALF, ROPE)
         scores = tl.dot(q1.to(DOT_TYPE), tl.trans(k1.to(DOT_TYPE)), input_precision=PRECISION)
         scores = tl.dot(q2.to(DOT_TYPE), tl.trans(k2.to(DOT_TYPE)), scores, input_precision=PRECISION)
         scores = scores * qk_scale
@@ -142,9 +135,7 @@ def _varlen_attention_kernel(
     half_col = tl.arange(0, HALF_BLOCK)
     col = tl.arange(0, D_BLOCK)
     half_mask = in_sequence[:, None] & (half_col < HALF)[None, :]
-    q1, q2 = _load_halves(
-        q_ptr, cos_ptr, sin_ptr, token, position, stride_qt, head * stride_qh, half_col, half_mask, HALF, ROPE
-    )
+    q1, q2 = _load_halves(q_ptr, cos_ptr, sin_ptr, token, stride_qt, head * stride_qh, half_col, half_mask, HALF, ROPE)
 
     acc = tl.zeros((BLOCK_M, D_BLOCK), dtype=tl.float32)
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -212,9 +203,9 @@ def varlen_rotary_attention(
             ``bounds[n] = T``); empty sequences are allowed.
         longest: at least the longest sequence's length (rows past it in a longer sequence are not computed).
         scale: the scores' factor; ``None``: ``d ** -0.5``.
-        cos: ``[P, d]`` cosines of positions ``0 .. P - 1`` in a sequence, ``P >= longest``
-            (:func:`bionemo.layers.rotary.rotary_tables`), or ``None`` (with ``sin``) for no RoPE.
-        sin: ``[P, d]`` sines, or ``None``.
+        cos: ``[T, d]`` per-token cosines (:func:`bionemo.layers.rotary.rotary_tables`), or ``None`` (with ``sin``)
+            for no RoPE.
+        sin: ``[T, d]`` per-token sines, or ``None``.
         tiling: ``(BLOCK_M, BLOCK_N, num_warps, num_stages)`` (powers of two, blocks at least 16); ``None``:
             :data:`TILING` or :func:`default_tiling`.
 
@@ -226,11 +217,8 @@ def varlen_rotary_attention(
         raise ValueError("cos and sin must be given together (RoPE) or both be None")
     tokens, heads, d = query.shape
     if cos is not None and sin is not None:
-        if cos.shape != sin.shape or cos.dim() != 2 or cos.shape[1] != d or cos.shape[0] < longest:
-            raise ValueError(
-                f"cos and sin must be [P, d] with P >= longest = {longest}, d = {d}; "
-                f"got {list(cos.shape)}, {list(sin.shape)}"
-            )
+        if cos.shape != (tokens, d) or sin.shape != (tokens, d):
+            raise ValueError(f"cos and sin must be [T, d] = {[tokens, d]}, got {list(cos.shape)}, {list(sin.shape)}")
         cos, sin = cos.contiguous(), sin.contiguous()
     query, key, value = (t if t.stride(-1) == 1 else t.contiguous() for t in (query, key, value))
     out = torch.empty((tokens, heads * d), dtype=query.dtype, device=query.device)

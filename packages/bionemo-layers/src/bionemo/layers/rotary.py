@@ -37,46 +37,25 @@ def rotary_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor
     return angles.cos().to(dtype).contiguous(), angles.sin().to(dtype).contiguous()
 
 
-_last_tables: dict[str, tuple[weakref.ref, torch.dtype, int, tuple[torch.Tensor, torch.Tensor]]] = {}
+_last_tables: tuple[weakref.ref, torch.dtype, int, tuple[torch.Tensor, torch.Tensor]] | None = None
 
 
-def _cached(kind: str, freqs: torch.Tensor, dtype: torch.dtype, make: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """``make()``'s tables of ``kind``, made once while the same angles tensor ``freqs`` comes back.
+def _shared_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rotary_tables` of ``freqs``, computed once while the same angles tensor comes back.
 
     Every layer of a forward gets the model's one angles tensor (and a model caches it per sequence length), so
     the cosines and sines are made once instead of once per layer. Held by a weak reference: a new tensor, or a
     freed one, recomputes; so does one changed in place since (its version counter; tensors made under
     ``torch.inference_mode`` have none: identity decides).
     """
-    cached = _last_tables.get(kind)
+    global _last_tables
+    cached = _last_tables
     version = -1 if freqs.is_inference() else freqs._version
     if cached is not None and cached[0]() is freqs and cached[1] == dtype and cached[2] == version:
         return cached[3]
-    tables = make()
-    _last_tables[kind] = (weakref.ref(freqs), dtype, version, tables)
+    tables = rotary_tables(freqs, dtype)
+    _last_tables = (weakref.ref(freqs), dtype, version, tables)
     return tables
-
-
-def _shared_tables(freqs: torch.Tensor, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`rotary_tables` of ``freqs``, computed once per angles tensor (:func:`_cached`)."""
-    return _cached("rows", freqs, dtype, lambda: rotary_tables(freqs, dtype))
-
-
-def _position_tables(
-    freqs: torch.Tensor, positions: torch.Tensor, longest: int, dtype: torch.dtype
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(cos, sin) [longest, d]`` per position in a sequence, from per-token angles ``freqs [T, 1, d]``.
-
-    ``positions [T]`` holds each token's position (below ``longest``); tokens at the same position carry the same
-    angles, so each table row is any one of theirs. Computed once per angles tensor (:func:`_cached`; the angles of
-    a forward are made from its positions).
-    """
-
-    def make() -> tuple[torch.Tensor, torch.Tensor]:
-        angles = freqs.reshape(freqs.shape[0], freqs.shape[-1])
-        return rotary_tables(angles.new_zeros(longest, angles.shape[-1]).index_copy_(0, positions, angles), dtype)
-
-    return _cached("positions", freqs, dtype, make)
 
 
 def fused_rotary_available(x: torch.Tensor) -> bool:
@@ -157,14 +136,12 @@ class RotarySelfAttention(SelfAttention):
         """
         split: Any = super().get_query_key_value_tensors(hidden_states)
         query, key, value = split
+        cos, sin = _shared_tables(rotary_pos_emb, query.dtype)
         core: Any = self.core_attention
         if packed_seq_params is not None:
             squeezed = query.squeeze(1), key.squeeze(1), value.squeeze(1)
             if getattr(core, "attends_rotated", None) and core.attends_rotated(*squeezed[:2], packed_seq_params):
-                packed = packed_seq_params
-                cos, sin = _position_tables(rotary_pos_emb, packed.positions, packed.longest, query.dtype)
-                return core.attend_rotated(*squeezed, packed, cos, sin).unsqueeze(1)
-        cos, sin = _shared_tables(rotary_pos_emb, query.dtype)
+                return core.attend_rotated(*squeezed, packed_seq_params, cos, sin).unsqueeze(1)
         query, key = apply_rotary(query, cos, sin), apply_rotary(key, cos, sin)
         if packed_seq_params is not None:
             query, key, value = query.squeeze(1), key.squeeze(1), value.squeeze(1)

@@ -241,14 +241,13 @@ class SDPACoreAttention(MegatronModule):
     def attends_rotated(self, query: torch.Tensor, key: torch.Tensor, packed_seq_params: Any) -> bool:
         """Whether :meth:`attend_rotated` serves these ``[T, heads, d]`` unpadded sequences.
 
-        Prediction on GPUs: :class:`UnpaddedSequences` with boundaries and positions, bidirectional, nothing to
-        record for a backward, no dropout to draw, one context-parallel rank, as many key heads as query heads,
-        CUDA in fp16 / bf16 with Triton (:func:`fused_rotary_attention_available`).
+        Prediction on GPUs: :class:`UnpaddedSequences` with their boundaries, bidirectional, nothing to record for a
+        backward, no dropout to draw, one context-parallel rank, as many key heads as query heads, CUDA in fp16 /
+        bf16 with Triton (:func:`fused_rotary_attention_available`).
         """
         return (
             isinstance(packed_seq_params, UnpaddedSequences)
             and packed_seq_params.boundaries is not None
-            and packed_seq_params.positions is not None
             and self.attn_mask_type not in _CAUSAL_MASK_TYPES
             and not torch.is_grad_enabled()
             and not (self.training and self.dropout_p > 0)
@@ -268,8 +267,7 @@ class SDPACoreAttention(MegatronModule):
     ) -> torch.Tensor:
         """``[T, heads, d]`` query / key before RoPE and value -> ``[T, heads * d]``, RoPE and attention in one kernel.
 
-        The same as :func:`bionemo.layers.rotary.apply_rotary` on query and key (``cos``/``sin [longest, d]`` per
-        position in a sequence) and then
+        The same as :func:`bionemo.layers.rotary.apply_rotary` on query and key (``cos``/``sin [T, d]``) and then
         :meth:`forward` (the flash kernel), without writing the rotated query and key: for calls
         :meth:`attends_rotated` to (``bionemo.layers._varlen_attention_triton``).
         """
