@@ -130,3 +130,37 @@ def test_bottom_right_causality_with_fewer_queries_than_keys(qkv):
     out = make(AttnMaskType.causal_bottom_right)(q[3:], k, v, None)
     allowed = torch.ones(3, 6, dtype=torch.bool).tril(diagonal=3)[None, None]
     torch.testing.assert_close(out, reference(q[3:], k, v, allowed))
+
+
+def test_attends_rotated_only_where_the_fused_kernel_computes_the_same(monkeypatch):
+    """The fused RoPE + attention kernel serves unpadded bidirectional prediction only; the device check stood in."""
+    import bionemo.layers.sdpa_attention as sdpa
+    from bionemo.layers import UnpaddedSequences
+
+    available = {"yes": True}
+    monkeypatch.setattr(sdpa, "fused_rotary_attention_available", lambda query: available["yes"])
+    attention = make(AttnMaskType.padding)
+    query = torch.zeros(5, 4, 4)
+    packed = UnpaddedSequences(boundaries=torch.tensor([0, 2, 5], dtype=torch.int32), longest=3)
+    with torch.no_grad():
+        assert attention.attends_rotated(query, query, packed)
+        assert not attention.attends_rotated(query, query[:, :2], packed)  # grouped-query keys
+        assert not attention.attends_rotated(query, query, None)  # padded batches
+        assert not attention.attends_rotated(query, query, UnpaddedSequences(longest=3))  # no boundaries
+        assert not make(AttnMaskType.causal).attends_rotated(query, query, packed)
+        available["yes"] = False  # CPU, fp32, no Triton or BIONEMO_FUSED_ROTARY_ATTENTION=0
+        assert not attention.attends_rotated(query, query, packed)
+    available["yes"] = True
+    assert not attention.attends_rotated(query, query, packed)  # a gradient to record: the kernel has no backward
+    with torch.no_grad():
+        attention.train()
+        attention.dropout_p = 0.1
+        assert not attention.attends_rotated(query, query, packed)
+
+
+def test_fused_rotary_attention_needs_cuda_half_precision_and_the_switch(monkeypatch):
+    from bionemo.layers.sdpa_attention import FUSED_ROTARY_SWITCH, fused_rotary_attention_available
+
+    assert not fused_rotary_attention_available(torch.zeros(2, 1, 8, dtype=torch.bfloat16))  # on the CPU
+    monkeypatch.setenv(FUSED_ROTARY_SWITCH, "0")
+    assert not fused_rotary_attention_available(torch.zeros(2, 1, 8))
