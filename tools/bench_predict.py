@@ -11,7 +11,9 @@ FASTA (log-normal lengths, median 270, 30-1022 residues, uniform over the 20 ami
   perplexity pass) as a subprocess per device count: ``summary.json``'s ``tokens_per_second`` (prediction loop
   only, its first batch included: data workers starting, first kernel launches, Triton compiling its kernels on a
   machine with an empty cache), else the wall time (the table says which). Also printed: the ratio after our first
-  batch (``tokens_per_second_after_first_batch``), like for like with HF's figure, which leaves out its warm-up.
+  batch (``tokens_per_second_after_first_batch``), like for like with HF's figure, which leaves out its warm-up,
+  and the 1-device run's wall time by phase (``summary.json``'s ``phase_seconds``, the loop, and the rest: the
+  interpreter, imports and exit).
   ``--warm-up`` first runs ours once untimed on 32 sequences (Triton's kernel cache and the bytecode then warm, as
   after any earlier run on the machine; on a fresh machine the first run compiles them).
 
