@@ -134,6 +134,13 @@ calls = []
 attend = sdpa.SDPACoreAttention.attend_rotated
 sdpa.SDPACoreAttention.attend_rotated = lambda *args: calls.append(1) or attend(*args)
 block, inputs = _block(), _inputs(unpadded=True)
+if sys.argv[2] == "lora-qkv":  # the projection's output is the base GEMM's plus the adapter's product
+    from bionemo.layers import LoRAConfig, apply_lora
+    assert apply_lora(block, LoRAConfig(rank=2, targets=frozenset({"self_attention.linear_qkv"})))
+    with torch.no_grad():
+        for name, p in block.named_parameters():
+            if "lora" in name:
+                p.normal_(0.0, 0.3)  # adapters start as zero products: made to count
 args = [inputs[key] for key in ("hidden_states", "attention_mask", "rotary_pos_emb", "packed_seq_params")]
 with torch.no_grad():
     fused = residual_gemm.forward_residual_in_gemm(block, *args)
@@ -144,14 +151,15 @@ print(json.dumps({"calls": len(calls), "error": error, "scale": scale}))
 """
 
 
-def test_attention_layers_take_the_kernel_for_unpadded_sequences_with_the_same_output():
-    """``RotarySelfAttention.attend`` hands RoPE and attention to the kernel where the core attention says so."""
+@pytest.mark.parametrize("adapters", ["plain", "lora-qkv"])
+def test_attention_layers_take_the_kernel_for_unpadded_sequences_with_the_same_output(adapters):
+    """``RotarySelfAttention.attend`` hands RoPE and attention to the kernel where the core attention says so; also
+    with a LoRA adapter on the QKV projection (fine-tuned models' prediction)."""
     pytest.importorskip("triton")
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     here = os.path.dirname(os.path.abspath(__file__))
-    result = subprocess.run(
-        [sys.executable, "-c", BLOCK_CHILD, here], env=env, capture_output=True, text=True, check=False, timeout=300
-    )
+    command = [sys.executable, "-c", BLOCK_CHILD, here, adapters]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     outcome = json.loads(result.stdout.strip().splitlines()[-1])
     assert outcome["calls"] == 3  # one per layer
