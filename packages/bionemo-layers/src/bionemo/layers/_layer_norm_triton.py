@@ -92,9 +92,10 @@ setting for every width."""
 
 
 FORWARD_ELEMENTS_PER_PROGRAM = 4096
-"""Lanes one forward program holds (rows x block, four warps) for blocks up to this; wider rows take one row and
-up to eight warps. Measured on an H100 at widths 640 and 1280 (docs/benchmarks.md#layernorm-kernels): 4 and 2 rows
-per program with 4 warps reached 2.9-3.0 TB/s on 131,072 rows, one row 2.3-2.5 TB/s."""
+"""Lanes one forward program holds at most (rows x block, four warps, at most 4 rows), for rows held in up to half
+as many lanes; wider rows take one row a program and up to eight warps. Measured on an H100 at widths 640 and 1280
+(docs/benchmarks.md#layernorm-kernels): 4 and 2 rows per program with 4 warps reached 3.0 TB/s on 131,072 rows,
+one row 2.5-2.8 TB/s."""
 
 
 def forward_tiling(block: int) -> tuple[int, int]:
