@@ -33,6 +33,11 @@ def triton_layer_norm_enabled() -> bool:
     return os.environ.get(SWITCH, "1") != "0"
 
 
+def _triton_runs(x: torch.Tensor) -> bool:
+    """Whether this package's Triton LayerNorm kernels take ``x``: a contiguous CUDA tensor, Triton installed."""
+    return x.is_cuda and x.is_contiguous() and triton_importable()
+
+
 class TritonLayerNorm(torch.nn.LayerNorm):
     """``torch.nn.LayerNorm`` over the last dimension whose CUDA forward and backward are Triton kernels."""
 
@@ -49,7 +54,7 @@ class TritonLayerNorm(torch.nn.LayerNorm):
     def _fast_path(self, x: torch.Tensor) -> bool:
         if self.weight is None or self.bias is None or len(self.normalized_shape) != 1:
             return False
-        return x.is_cuda and x.is_contiguous() and triton_importable()
+        return _triton_runs(x)
 
 
 def layer_norm_with_offset(norm: torch.nn.LayerNorm, x: torch.Tensor, offset: torch.Tensor | None) -> torch.Tensor:
@@ -60,7 +65,7 @@ def layer_norm_with_offset(norm: torch.nn.LayerNorm, x: torch.Tensor, offset: to
     :class:`TritonLayerNorm` or torch's own). For :mod:`bionemo.layers.residual_gemm`.
     """
     weight, bias = norm.weight, norm.bias
-    if x.is_cuda and x.is_contiguous() and triton_importable():
+    if _triton_runs(x):
         from bionemo.layers._layer_norm_triton import layer_norm_rows
 
         return layer_norm_rows(x, weight, bias, norm.eps, offset)
