@@ -180,6 +180,16 @@ def batch_flags(tokens_per_batch: int | None) -> list[str]:
     return ["--micro-batch-size", "32"]
 
 
+SUMMARY_PHASES = ("inputs", "trainer_environment", "model_setup", "loop", "write")
+"""The phases a ``run predict``'s ``summary.json`` times (``phase_seconds``, and ``predict_seconds`` for the loop)."""
+
+
+def summary_phases(summary: dict[str, Any]) -> dict[str, float | None]:
+    """:data:`SUMMARY_PHASES`' seconds from a ``summary.json`` (None where it timed none)."""
+    phases = {**summary.get("phase_seconds", {}), "loop": summary.get("predict_seconds")}
+    return {name: phases.get(name) for name in SUMMARY_PHASES}
+
+
 def run_ours(folder: Path, fasta: Path, out: Path, devices: int, flags: list[str], tokens: int) -> dict[str, Any]:
     """One ``bionemo run predict`` subprocess: wall seconds, tokens/s and where that figure comes from."""
     cmd = [sys.executable, "-m", "bionemo.cli", "run", "predict", "--checkpoint", str(folder), "--data", str(fasta)]
@@ -257,7 +267,7 @@ def print_shape(key: str, result: dict[str, Any], tokens: int, device: str) -> N
         print(f"  {f'ours, {devices} device(s)':44} {figure} {ours['wall_s']:8.1f}  {ours['source']}")
     summary = result["ours"].get(1, {}).get("summary")
     if summary and summary.get("phase_seconds"):
-        phases = {**summary["phase_seconds"], "loop": summary["predict_seconds"]}
+        phases = summary_phases(summary)
         rest = result["ours"][1]["wall_s"] - sum(value or 0.0 for value in phases.values())
         split = ", ".join(f"{name} {_ratio(value)}" for name, value in phases.items())
         print(f"  {'ours, 1 device: wall seconds by phase':44} {split}, rest (interpreter, imports, exit) {rest:.2f}")

@@ -111,19 +111,15 @@ def _command(hf: Path, fasta: Path, out: Path, extra: list[str]) -> list[str]:
             "--include", "embeddings", *extra]  # fmt: skip
 
 
-SUMMARY_PHASES = ("inputs", "trainer_environment", "model_setup", "loop", "write")
-"""The phases a plain run's ``summary.json`` times (``phase_seconds``, and ``predict_seconds`` for the loop)."""
-
-
 def _plain(args: list[str], out: Path) -> tuple[float, dict[str, float | None]]:
     """The command's wall time and the phases its ``summary.json`` timed (None where it timed none)."""
     shutil.rmtree(out, ignore_errors=True)
     start = time.perf_counter()
     subprocess.run([sys.executable, "-m", "bionemo.cli", *args], check=True, capture_output=True)
     wall = time.perf_counter() - start
-    summary = json.loads((out / "summary.json").read_text())
-    phases = {**summary.get("phase_seconds", {}), "loop": summary.get("predict_seconds")}
-    return wall, {name: phases.get(name) for name in SUMMARY_PHASES}
+    from bench_predict import summary_phases
+
+    return wall, summary_phases(json.loads((out / "summary.json").read_text()))
 
 
 def _profiled(args: list[str], out: Path, work: Path, top: int) -> None:
@@ -166,7 +162,7 @@ def main() -> None:
     parser.add_argument("extra", nargs="*", help="more `run predict` flags, after --")
     args = parser.parse_args()
     sys.path.insert(0, str(Path(__file__).parent))
-    from bench_predict import model_shape, random_proteins, save_random_hf, write_fasta
+    from bench_predict import SUMMARY_PHASES, model_shape, random_proteins, save_random_hf, write_fasta
 
     work = args.dir or Path(tempfile.mkdtemp(prefix="bench_predict_startup."))
     work.mkdir(parents=True, exist_ok=True)
