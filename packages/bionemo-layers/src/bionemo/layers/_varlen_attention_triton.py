@@ -33,6 +33,9 @@ import triton
 import triton.language as tl
 
 from bionemo.layers._triton import cdiv, next_power_of_2
+from bionemo.layers._triton_key import remember_compiler_key
+
+remember_compiler_key()  # this process's first kernel launch skips hashing libtriton (see _triton_key)
 
 __all__ = ["TILING", "default_tiling", "varlen_rotary_attention"]
 
