@@ -5,7 +5,8 @@ each ``+ 2`` tokens; from the position ``--fractions`` of that order on, as many
 tokens (count x longest). Per batch and head shape (``--shapes``, heads x d): query, key and value are strided views of
 one ``[T, 3, heads, d]`` bf16 buffer, cos / sin ``[T, d]`` tables of random angles. Reference: ``rotate_strided``
 (``bionemo.layers._rotary_triton``) on the query and the key, then ``torch.ops.aten._flash_attention_forward``; ours:
-``varlen_rotary_attention`` (``bionemo.layers._varlen_attention_triton``) at its default tiling, then, unless
+``varlen_rotary_attention`` (``bionemo.layers._varlen_attention_triton``) at its default tiling, with the keys rotated
+where ``KEYS_ROTATED_FIRST`` says (by default), then at the other place (before the kernel or in its loop), then, unless
 ``--no-sweep``, at every tiling of BLOCK_M and BLOCK_N in 32, 64, 128, 4 or 8 warps and 1 to 3 stages (tilings that
 fail are skipped and counted). Printed per batch: milliseconds (CUDA events, mean of ``--repeats`` calls after a
 warm-up), TFLOP/s counting 4 x heads x d x sum(L^2), the largest difference from the reference's output, and the best
@@ -143,6 +144,7 @@ def row(label: str, ms: float, flops: float, diff: float | None = None, base: fl
 def bench_batch(lengths: list[int], heads: int, d: int, args: argparse.Namespace, skip: set[Tiling]) -> None:
     import torch
 
+    from bionemo.layers import _varlen_attention_triton as kernel
     from bionemo.layers._varlen_attention_triton import default_tiling
 
     inputs = make_inputs(lengths, heads, d)
@@ -152,8 +154,13 @@ def bench_batch(lengths: list[int], heads: int, d: int, args: argparse.Namespace
     print(row("rotate_strided x2 + flash (ref)", base, flops))
     print(row("flash alone (no RoPE)", milliseconds(lambda: reference(inputs, rope=False), args.repeats), flops))
     tiling = default_tiling(d, inputs["longest"])
-    diff = float((fused(inputs, None).float() - expected.float()).abs().max())
-    print(row(f"fused, default {tiling}", milliseconds(lambda: fused(inputs, None), args.repeats), flops, diff, base))
+    default = kernel.KEYS_ROTATED_FIRST
+    for keys_first in (default, not default):  # the default, then the other place of the keys' rotation
+        kernel.KEYS_ROTATED_FIRST = keys_first
+        label = f"fused, {tiling}, keys rotated {'first' if keys_first else 'in the loop'}"
+        diff = float((fused(inputs, None).float() - expected.float()).abs().max())
+        print(row(label, milliseconds(lambda: fused(inputs, None), args.repeats), flops, diff, base))
+    kernel.KEYS_ROTATED_FIRST = default
     if args.no_sweep:
         return
     results: list[tuple[float, Tiling, float]] = []

@@ -23,18 +23,20 @@ TILINGS = {"16x16": [16, 16, 4, 1], "32x16": [32, 16, 2, 2]}
 CASES = {
     f"{dtype}-d{d}-{'rope' if rope else 'no-rope'}-{tiling}": {
         "dtype": dtype, "d": d, "rope": rope, "tiling": TILINGS[tiling], "heads": 2, "lengths": LENGTHS,
-        "layout": "fused" if tiling == "16x16" else "mixed",
+        "layout": "fused" if tiling == "16x16" else "mixed", "keys_first": tiling == "32x16",
     }
     for dtype in ("float32", "bfloat16") for d in (32, 64) for rope in (True, False) for tiling in TILINGS
 } | {
     f"float32-d{d}-rope-default-tiling": {
         "dtype": "float32", "d": d, "rope": True, "tiling": None, "heads": 3, "lengths": LENGTHS, "layout": "fused",
+        "keys_first": True,
     }
     for d in (16, 24)  # halves of 8 and 12 columns, padded to 16 for tl.dot
 }  # fmt: skip
 """Layouts: ``fused``, query, key and value are strided views of one ``[T, heads, 3, d]`` buffer (megatron's fused
 QKV projection); ``mixed``, each strided differently: the query a view of a ``[T, 3, heads, d]`` buffer, the key of a
-head-major ``[heads, T, d]`` one, the value contiguous."""
+head-major ``[heads, T, d]`` one, the value contiguous. ``keys_first``: the kernel's ``KEYS_ROTATED_FIRST`` (keys
+rotated by ``rotate_strided`` before the kernel, or in its inner loop)."""
 
 # In a process started with TRITON_INTERPRET=1 (Triton's own jit helpers, tl.max's and tl.sum's, are interpreted only
 # when it is set before triton is imported): each case's largest error relative to 1 + |reference|.
@@ -42,6 +44,7 @@ CHILD = """
 import json, sys
 import torch
 import torch.nn.functional as F
+from bionemo.layers import _varlen_attention_triton
 from bionemo.layers._varlen_attention_triton import varlen_rotary_attention
 
 def rope(x, cos, sin):
@@ -74,6 +77,7 @@ for name, case in json.loads(sys.argv[1]).items():
     cos, sin = (angles.cos().to(dtype), angles.sin().to(dtype)) if case["rope"] else (None, None)
     scale = 0.7 / d**0.5
     tiling = None if case["tiling"] is None else tuple(case["tiling"])
+    _varlen_attention_triton.KEYS_ROTATED_FIRST = case["keys_first"]
     out = varlen_rotary_attention(query, key, value, bounds, max(lengths), scale, cos, sin, tiling)
     assert out.shape == (tokens, heads * d) and out.dtype == dtype and out.is_contiguous(), (name, out.shape)
     if case["rope"]:

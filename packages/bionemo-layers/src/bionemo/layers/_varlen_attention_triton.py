@@ -32,12 +32,13 @@ import torch
 import triton
 import triton.language as tl
 
+from bionemo.layers._rotary_triton import rotate_strided
 from bionemo.layers._triton import cdiv, next_power_of_2
 from bionemo.layers._triton_key import remember_compiler_key
 
 remember_compiler_key()  # this process's first kernel launch skips hashing libtriton (see _triton_key)
 
-__all__ = ["TILING", "default_tiling", "varlen_rotary_attention"]
+__all__ = ["KEYS_ROTATED_FIRST", "TILING", "default_tiling", "varlen_rotary_attention"]
 
 Tiling = tuple[int, int, int, int]
 """``(BLOCK_M, BLOCK_N, num_warps, num_stages)``: queries per program, keys per step, warps, pipeline stages."""
@@ -45,6 +46,10 @@ Tiling = tuple[int, int, int, int]
 TILING: Tiling | None = None
 """The kernel's tiling for every call without a ``tiling`` argument; ``None``: :func:`default_tiling`. Set it to try
 one setting (``tools/bench_varlen_attention.py``)."""
+
+KEYS_ROTATED_FIRST: bool = True
+"""With RoPE: rotate the keys once (``rotate_strided``, one pass over them) before the attention kernel, rather than
+rotating each key block in the kernel's inner loop, once per query block. Set to False to try the other."""
 
 LOG2_E = math.log2(math.e)
 
@@ -122,7 +127,8 @@ def _varlen_attention_kernel(
     q_ptr, k_ptr, v_ptr, cos_ptr, sin_ptr, out_ptr, bounds_ptr, qk_scale, blocks, heads,
     stride_qt, stride_qh, stride_kt, stride_kh, stride_vt, stride_vh,
     HALF: tl.constexpr, HALF_BLOCK: tl.constexpr, D_BLOCK: tl.constexpr, BLOCK_M: tl.constexpr,
-    BLOCK_N: tl.constexpr, ROPE: tl.constexpr, DOT_TYPE: tl.constexpr, PRECISION: tl.constexpr,
+    BLOCK_N: tl.constexpr, ROPE_Q: tl.constexpr, ROPE_K: tl.constexpr, DOT_TYPE: tl.constexpr,
+    PRECISION: tl.constexpr,
 ):  # fmt: skip
     program = tl.program_id(0)
     block = program % blocks
@@ -138,7 +144,9 @@ def _varlen_attention_kernel(
     half_col = tl.arange(0, HALF_BLOCK)
     col = tl.arange(0, D_BLOCK)
     half_mask = in_sequence[:, None] & (half_col < HALF)[None, :]
-    q1, q2 = _load_halves(q_ptr, cos_ptr, sin_ptr, token, stride_qt, head * stride_qh, half_col, half_mask, HALF, ROPE)
+    q1, q2 = _load_halves(
+        q_ptr, cos_ptr, sin_ptr, token, stride_qt, head * stride_qh, half_col, half_mask, HALF, ROPE_Q
+    )
 
     acc = tl.zeros((BLOCK_M, D_BLOCK), dtype=tl.float32)
     row_sum = tl.zeros((BLOCK_M,), dtype=tl.float32)
@@ -147,12 +155,12 @@ def _varlen_attention_kernel(
     acc, row_sum, row_max = _attend_keys(
         acc, row_sum, row_max, q1, q2, k_ptr, v_ptr, cos_ptr, sin_ptr, start, length, 0, full,
         stride_kt, head * stride_kh, stride_vt, head * stride_vh, half_col, col, qk_scale,
-        HALF, 2 * HALF, BLOCK_N, ROPE, tl.constexpr(False), DOT_TYPE, PRECISION,
+        HALF, 2 * HALF, BLOCK_N, ROPE_K, tl.constexpr(False), DOT_TYPE, PRECISION,
     )  # fmt: skip
     acc, row_sum, row_max = _attend_keys(
         acc, row_sum, row_max, q1, q2, k_ptr, v_ptr, cos_ptr, sin_ptr, start, length, full, length,
         stride_kt, head * stride_kh, stride_vt, head * stride_vh, half_col, col, qk_scale,
-        HALF, 2 * HALF, BLOCK_N, ROPE, tl.constexpr(True), DOT_TYPE, PRECISION,
+        HALF, 2 * HALF, BLOCK_N, ROPE_K, tl.constexpr(True), DOT_TYPE, PRECISION,
     )  # fmt: skip
     out = acc / row_sum[:, None]
     target = (token * (heads * 2 * HALF) + head * (2 * HALF))[:, None] + col[None, :]
@@ -229,6 +237,10 @@ def varlen_rotary_attention(
     if tokens == 0 or heads == 0 or sequences == 0 or longest <= 0:
         return out
     block_m, block_n, warps, stages = tiling if tiling is not None else default_tiling(d, longest)
+    rope_keys = cos is not None
+    if rope_keys and KEYS_ROTATED_FIRST:
+        key = rotate_strided(key.unsqueeze(1), cos, sin).squeeze(1)
+        rope_keys = False
     half = d // 2
     blocks = cdiv(longest, block_m)
     dot_type, precision = _dot_settings(query)
@@ -238,7 +250,7 @@ def varlen_rotary_attention(
         (d**-0.5 if scale is None else scale) * LOG2_E, blocks, heads,
         query.stride(0), query.stride(1), key.stride(0), key.stride(1), value.stride(0), value.stride(1),
         HALF=half, HALF_BLOCK=max(16, next_power_of_2(half)), D_BLOCK=max(16, next_power_of_2(d)), BLOCK_M=block_m,
-        BLOCK_N=block_n, ROPE=cos is not None, DOT_TYPE=dot_type, PRECISION=precision,
+        BLOCK_N=block_n, ROPE_Q=cos is not None, ROPE_K=rope_keys, DOT_TYPE=dot_type, PRECISION=precision,
         num_warps=warps, num_stages=stages,
     )  # fmt: skip
     return out
