@@ -6,12 +6,12 @@ tokens (count x longest). Per batch and head shape (``--shapes``, heads x d): qu
 one ``[T, 3, heads, d]`` bf16 buffer, cos / sin ``[T, d]`` tables of random angles. Reference: ``rotate_strided``
 (``bionemo.layers._rotary_triton``) on the query and the key, then ``torch.ops.aten._flash_attention_forward``; ours:
 ``varlen_rotary_attention`` (``bionemo.layers._varlen_attention_triton``) at its default tiling, with the keys rotated
-where ``KEYS_ROTATED_FIRST`` says (by default), then at the other place (before the kernel or in its loop), then, unless
-``--no-sweep``, at every tiling of BLOCK_M and BLOCK_N in 32, 64, 128, 4 or 8 warps and 1 to 3 stages (tilings that
-fail are skipped and counted). Printed per batch: milliseconds (CUDA events, mean of ``--repeats`` calls after a
-warm-up), TFLOP/s counting 4 x heads x d x sum(L^2), the largest difference from the reference's output, and the best
-5 tilings. The sweep's kernels are compiled first by ``--jobs`` processes into Triton's cache (one compile per head
-shape and tiling), which keeps the whole run around a minute or two on an H100.
+where ``keys_rotated_first`` puts them for the batch, then at the other place (before the kernel or in its loop), then,
+unless ``--no-sweep``, at every tiling of BLOCK_M and BLOCK_N in 32, 64, 128, 4 or 8 warps and 1 to 3 stages
+(tilings that fail are skipped and counted). Printed per batch: milliseconds (CUDA events, mean of ``--repeats`` calls
+after a warm-up), TFLOP/s counting 4 x heads x d x sum(L^2), the largest difference from the reference's output, and
+the best 5 tilings. The sweep's kernels are compiled first by ``--jobs`` processes into Triton's cache (one compile per
+head shape and tiling), which keeps the whole run around a minute or two on an H100.
 
 Usage (GPU machine): python tools/bench_varlen_attention.py [--sequences 20000] [--tokens 131072]
     [--fractions 0.05,0.5,0.95] [--shapes 20x64,20x32] [--repeats 10] [--jobs 8] [--no-sweep]
@@ -154,13 +154,14 @@ def bench_batch(lengths: list[int], heads: int, d: int, args: argparse.Namespace
     print(row("rotate_strided x2 + flash (ref)", base, flops))
     print(row("flash alone (no RoPE)", milliseconds(lambda: reference(inputs, rope=False), args.repeats), flops))
     tiling = default_tiling(d, inputs["longest"])
-    default = kernel.KEYS_ROTATED_FIRST
+    setting = kernel.KEYS_ROTATED_FIRST
+    default = kernel.keys_rotated_first(inputs["longest"])
     for keys_first in (default, not default):  # the default, then the other place of the keys' rotation
         kernel.KEYS_ROTATED_FIRST = keys_first
         label = f"fused, {tiling}, keys rotated {'first' if keys_first else 'in the loop'}"
-        diff = float((fused(inputs, None).float() - expected.float()).abs().max())
-        print(row(label, milliseconds(lambda: fused(inputs, None), args.repeats), flops, diff, base))
-    kernel.KEYS_ROTATED_FIRST = default
+        diff = float((fused(inputs, tiling).float() - expected.float()).abs().max())
+        print(row(label, milliseconds(lambda: fused(inputs, tiling), args.repeats), flops, diff, base))
+    kernel.KEYS_ROTATED_FIRST = setting
     if args.no_sweep:
         return
     results: list[tuple[float, Tiling, float]] = []

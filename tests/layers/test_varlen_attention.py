@@ -169,3 +169,18 @@ def test_attention_layers_take_the_kernel_for_unpadded_sequences_with_the_same_o
     assert outcome["calls"] == 3  # one per layer
     assert outcome["scale"] > 1
     assert outcome["error"] < 1e-4, outcome
+
+
+def test_keys_are_rotated_first_for_longer_sequences_unless_set(monkeypatch):
+    pytest.importorskip("triton")
+    from bionemo.layers import _varlen_attention_triton as kernel
+
+    limit = kernel.KEYS_FIRST_LONGER_THAN
+    assert not kernel.keys_rotated_first(limit)
+    assert kernel.keys_rotated_first(limit + 1)
+    assert kernel.default_tiling(32, limit)[3] == 1  # keys rotated in the loop at d 32: one stage
+    assert kernel.default_tiling(32, limit + 1)[3] == 3
+    for setting in (True, False):
+        monkeypatch.setattr(kernel, "KEYS_ROTATED_FIRST", setting)
+        assert kernel.keys_rotated_first(1) is setting
+        assert kernel.keys_rotated_first(1000) is setting

@@ -16,7 +16,8 @@ the input dtype.
 Kernel: one program per (block of ``BLOCK_M`` queries of one sequence, head), on a 1-D grid of
 ``cdiv(longest, BLOCK_M) * heads * n`` programs (no 65,535 limit on the sequence count); a program whose block starts
 past its sequence's end returns at once. It rotates its queries once, then walks the sequence's keys ``BLOCK_N`` at a
-time (never another sequence's tokens): loads a key block as two halves, rotates them, takes the scores as two
+time (never another sequence's tokens): loads a key block as two halves, rotates them (for sequences longer than 192
+tokens the keys are rotated once before the kernel instead, :func:`keys_rotated_first`), takes the scores as two
 products ``q1 k1^T + q2 k2^T`` in fp32, and keeps an online softmax (base 2, ``scale * log2(e)`` applied to the fp32
 scores) with the probabilities rounded to the input dtype for the product with the values, as flash attention does.
 Full key blocks run unmasked; the sequence's last partial block masks keys past its end. Each half is padded to at
@@ -38,7 +39,14 @@ from bionemo.layers._triton_key import remember_compiler_key
 
 remember_compiler_key()  # this process's first kernel launch skips hashing libtriton (see _triton_key)
 
-__all__ = ["KEYS_ROTATED_FIRST", "TILING", "default_tiling", "varlen_rotary_attention"]
+__all__ = [
+    "KEYS_FIRST_LONGER_THAN",
+    "KEYS_ROTATED_FIRST",
+    "TILING",
+    "default_tiling",
+    "keys_rotated_first",
+    "varlen_rotary_attention",
+]
 
 Tiling = tuple[int, int, int, int]
 """``(BLOCK_M, BLOCK_N, num_warps, num_stages)``: queries per program, keys per step, warps, pipeline stages."""
@@ -47,25 +55,43 @@ TILING: Tiling | None = None
 """The kernel's tiling for every call without a ``tiling`` argument; ``None``: :func:`default_tiling`. Set it to try
 one setting (``tools/bench_varlen_attention.py``)."""
 
-KEYS_ROTATED_FIRST: bool = True
-"""With RoPE: rotate the keys once (``rotate_strided``, one pass over them) before the attention kernel, rather than
-rotating each key block in the kernel's inner loop, once per query block. Set to False to try the other."""
+KEYS_ROTATED_FIRST: bool | None = None
+"""With RoPE, where the keys are rotated: ``True``, once before the attention kernel (``rotate_strided``, one pass over
+them); ``False``, in the kernel's inner loop, each key block once per block of queries; ``None``:
+:func:`keys_rotated_first` decides by length. Set it to try one place (``tools/bench_varlen_attention.py``)."""
+
+KEYS_FIRST_LONGER_THAN = 192
+""":func:`keys_rotated_first`'s length: longer sequences have their keys rotated before the kernel."""
 
 LOG2_E = math.log2(math.e)
+
+
+def keys_rotated_first(longest: int) -> bool:
+    """Whether keys of sequences of at most ``longest`` tokens are rotated before the kernel (or as set, if set).
+
+    By default, for sequences longer than :data:`KEYS_FIRST_LONGER_THAN` tokens: their keys would be rotated in the
+    kernel's loop once for each of three or more query blocks, which costs more than one pass over them first
+    (``tools/bench_varlen_attention.py`` on an H100, 20 heads, 131k-token batches: keys first 1.21x faster at 271-282
+    tokens and 1.20x at 721-765 for head dim 64, 1.16x / 1.28x for head dim 32; 0.97x / 0.95x at 104-129 tokens).
+    """
+    if KEYS_ROTATED_FIRST is not None:
+        return KEYS_ROTATED_FIRST
+    return longest > KEYS_FIRST_LONGER_THAN
 
 
 def default_tiling(head_dim: int, longest: int) -> Tiling:
     """The tiling for heads of ``head_dim`` and sequences of at most ``longest`` tokens (:data:`TILING` if set).
 
     The fastest of ``tools/bench_varlen_attention.py``'s sweep on an H100 (20 heads, bf16, length-sorted batches of
-    about 128k tokens), one run: always 4 warps; 64 queries a program and 32 keys a step up to 512 tokens (sequences of
-    104-129 and 271-282), 3 stages at ``d = 64`` and 1 at ``d = 32``; 128 queries, 3 stages beyond (721-765).
+    about 128k tokens): always 4 warps; 64 queries a program and 32 keys a step up to 512 tokens (sequences of 104-129
+    and 271-282), 3 stages but at ``d = 32`` with the keys rotated in the loop (1 stage); 128 queries, 3 stages beyond
+    (721-765).
     """
     if TILING is not None:
         return TILING
     if longest > 512:
         return 128, 64 if head_dim >= 64 else 32, 4, 3
-    return 64, 32, 4, 3 if head_dim >= 64 else 1
+    return 64, 32, 4, 3 if head_dim >= 64 or keys_rotated_first(longest) else 1
 
 
 @triton.jit
@@ -238,7 +264,7 @@ def varlen_rotary_attention(
         return out
     block_m, block_n, warps, stages = tiling if tiling is not None else default_tiling(d, longest)
     rope_keys = cos is not None
-    if rope_keys and KEYS_ROTATED_FIRST:
+    if rope_keys and keys_rotated_first(longest):
         key = rotate_strided(key.unsqueeze(1), cos, sin).squeeze(1)
         rope_keys = False
     half = d // 2
