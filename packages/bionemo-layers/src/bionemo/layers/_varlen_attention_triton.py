@@ -264,7 +264,7 @@ def varlen_rotary_attention(
         return out
     block_m, block_n, warps, stages = tiling if tiling is not None else default_tiling(d, longest)
     rope_keys = cos is not None
-    if rope_keys and keys_rotated_first(longest):
+    if cos is not None and sin is not None and keys_rotated_first(longest):
         key = rotate_strided(key.unsqueeze(1), cos, sin).squeeze(1)
         rope_keys = False
     half = d // 2
