@@ -1,8 +1,9 @@
 """Triton's compiler key, kept in a file beside Triton's kernel cache while Triton's own files are unchanged.
 
 Before a process launches its first Triton kernel, Triton computes ``triton_key()``: a SHA-256 over its compiler
-and language sources and its ~500 MB ``libtriton`` library, part of every kernel's cache key. That is 0.3-0.5 s of
-each ``run predict``'s first batch, kernels already compiled (docs/benchmarks.md#prediction-start-up).
+and language sources and its ~500 MB ``libtriton`` library, part of every kernel's cache key: 0.26-0.35 s of each
+``run predict`` on an H100 (its first batch, kernels already compiled), 0.6 s on a 2-core CPU machine
+(docs/benchmarks.md#prediction-start-up).
 :func:`remember_compiler_key` makes Triton take the key from a file named by a fingerprint of those same files'
 paths, sizes and modification times (and Triton's and Python's versions): computed and written once, read on later
 runs. A changed or reinstalled Triton has another fingerprint, so its key is computed afresh. The key itself is

@@ -72,7 +72,8 @@ def keys_rotated_first(longest: int) -> bool:
     By default, for sequences longer than :data:`KEYS_FIRST_LONGER_THAN` tokens: their keys would be rotated in the
     kernel's loop once for each of three or more query blocks, which costs more than one pass over them first
     (``tools/bench_varlen_attention.py`` on an H100, 20 heads, 131k-token batches: keys first 1.21x faster at 271-282
-    tokens and 1.20x at 721-765 for head dim 64, 1.16x / 1.28x for head dim 32; 0.97x / 0.95x at 104-129 tokens).
+    tokens and 1.20x at 721-765 for head dim 64, 1.16x / 1.28x for head dim 32 with 3 stages against the loop's 1;
+    0.97x / 0.95x at 104-129 tokens).
     """
     if KEYS_ROTATED_FIRST is not None:
         return KEYS_ROTATED_FIRST
