@@ -30,7 +30,7 @@ FIGURE_LINES = {
     "bench_imports": r"bionemo\.losses +\d+\.\d+ +torch",
     "bench_input_errors": r"slowest case: \d+\.\d+ s \((within|OVER) the 3 s target\)",
     "bench_layer_norm": r"forward \+ backward +torch +\d+\.\d+ us",
-    "bench_varlen_attention": r"fused, default \(\d+, \d+, \d+, \d+\) +\d+\.\d+ ms .*x",
+    "bench_varlen_attention": r"fused, \(\d+, \d+, \d+, \d+\), keys rotated (first|in the loop) +\d+\.\d+ ms .*x",
     "bench_perplexity_memory": r"PerplexityLoggingCallback +[\d,]+ B +\d+\.\d+%",
     "bench_predict": (
         r"by phase +inputs \d+\.\d+.* loop \d+\.\d+.*\n(.*\n)*"
