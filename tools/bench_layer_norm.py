@@ -54,11 +54,6 @@ def training(norm: Any, x: Any, dy: Any) -> Callable[[], None]:
     return call
 
 
-def triton_block(width: int) -> int:
-    """The power-of-two lanes a kernel program holds a row of ``width`` in."""
-    return 1 << (width - 1).bit_length()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rows", type=int, default=16 * 1026)
@@ -74,6 +69,7 @@ def main() -> None:
     import torch
 
     import bionemo.layers._layer_norm_triton as kernels
+    from bionemo.layers._triton import next_power_of_2
     from bionemo.layers.layer_norm import TritonLayerNorm
 
     for width in (int(w) for w in args.widths.split(",")):
@@ -86,7 +82,7 @@ def main() -> None:
         terabytes = 2 * x.numel() * x.element_size() / 1e12  # read and written once
         for setting in args.forward_tiling.split(","):
             kernels.FORWARD_TILING = None if setting == "width" else tuple(int(n) for n in setting.split("x"))
-            rows, warps = kernels.forward_tiling(triton_block(width))
+            rows, warps = kernels.forward_tiling(next_power_of_2(width))  # the lanes a row is held in
             mine = gpu_microseconds(inference(ours, x))
             chosen = ", the default for this width" if setting == "width" else ""
             print(f"width {width}, {args.rows:,} rows, bf16: forward without gradient  torch {reference:7.1f} us  "
