@@ -14,7 +14,7 @@ from bionemo.esm2.checkpoints.weights import read_metadata
 from bionemo.esm2.data.readers import read_sequences
 from bionemo.esm2.recipes import BUNDLED_SEQUENCES
 from bionemo.recipes.outputs import read_predictions
-from support.cli_runs import BIONEMO, CPU_ONLY, bionemo
+from support.cli_runs import BIONEMO, CPU_ONLY, bionemo, bionemo_refused
 
 
 def test_readme_predict_with_no_arguments(tmp_path):
@@ -79,6 +79,13 @@ def test_resume_after_kill_matches_an_uninterrupted_run(tmp_path):
     assert a.keys() == b.keys()
     for name in a:
         torch.testing.assert_close(a[name], b[name], rtol=0, atol=0, msg=name)
+
+    # another run (another seed: other masks, split and order) into that folder is refused, and nothing is written
+    files = {path: path.stat().st_mtime_ns for path in killed.rglob("*")}
+    message = bionemo_refused(*TRAIN, "--output-dir", str(killed), "--seed", "4", cwd=tmp_path)
+    assert f"--output-dir {killed} holds the checkpoints of another run (last.ckpt)" in message
+    assert "seed 3 -> 4." in message
+    assert {path: path.stat().st_mtime_ns for path in killed.rglob("*")} == files
 
 
 @pytest.mark.multiprocess

@@ -24,7 +24,7 @@ def test_ctrl_c_then_sigterm_save_checkpoints_that_the_printed_command_resumes(t
     checkpoint = out / "checkpoints" / "last.ckpt"
     assert Path(stopped["checkpoint"]) == checkpoint
     assert torch.load(checkpoint, weights_only=True)["global_step"] == step
-    assert sorted(p.name for p in checkpoint.parent.iterdir()) == ["last.ckpt"]  # no partial or temporary file
+    assert sorted(p.name for p in checkpoint.parent.iterdir()) == ["last.ckpt", "run.json"]  # no partial or temporary
     assert not (out / "model.safetensors").exists()
     command = shlex.split(stopped["command"])
     # started as `python -m bionemo.cli`, under `uv run` when pytest is (the run inherits uv's variables)

@@ -63,3 +63,6 @@ def test_saved_settings_rerun_as_config(tmp_path):
     assert values["precision"] == "bf16-mixed"
     again = RunSettings.resolve(path, {})
     assert again == resolved
+    # a run started with --no-resume: its settings continue it (the flag is how that invocation started)
+    save_settings(resolved.model_copy(update={"resume": False}), tmp_path, training=True)
+    assert RunSettings.resolve(path, {}) == resolved

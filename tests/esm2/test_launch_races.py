@@ -40,7 +40,7 @@ def _records_seen_by_rank(tmp_path: Path, monkeypatch, **environment: str) -> tu
         monkeypatch.setenv(name, value)
     seen = {}
 
-    def fit(settings, defaults, recipe, split, out, start, steps):
+    def fit(settings, defaults, recipe, split, out, start, steps, resume_from):
         seen["records"] = split
 
     monkeypatch.setattr(train_module, "_fit", fit)

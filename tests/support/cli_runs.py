@@ -31,3 +31,19 @@ def two_at_a_time(*runs: Callable[[], Any]) -> list[Any]:
     """
     with ThreadPoolExecutor(max_workers=2) as pool:
         return list(pool.map(lambda run: run(), runs))
+
+
+def bionemo_refused(*args: str, cwd: Path, timeout: int = 120) -> str:
+    """Run ``bionemo *args`` in ``cwd``; it must exit with code 2. Its message, on one line (box drawing removed)."""
+    result = subprocess.run(
+        [*BIONEMO, *args],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env={**CPU_ONLY, "COLUMNS": "2000"},
+    )
+    text = " ".join((result.stdout + result.stderr).replace("│", " ").split())
+    assert result.returncode == 2, text[-3000:]
+    return text

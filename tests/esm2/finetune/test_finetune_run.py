@@ -46,11 +46,15 @@ def _finetune(files: dict[str, Path], name: str, *args: str) -> Path:
 
 def _predict(files: dict[str, Path], run: Path, data: Path, name: str, *args: str) -> Path:
     out = files["root"] / name
-    bionemo(
+    result = bionemo(
         "run", "predict", "--checkpoint", str(run / "model.safetensors"), "--data", str(data),
         "--output-dir", str(out), "--accelerator", "cpu", *args,
         cwd=files["root"],
     )  # fmt: skip
+    best = _metadata(run / "model.safetensors")["best"]
+    summary = " ".join(result.stdout.replace("│", " ").split())
+    assert f"validation at fine-tuning best {best['metric']} {best['value']:.4f} at step {best['step']}" in summary
+    assert "perplexity" not in summary  # a fine-tuned model has no language-model head
     return out
 
 

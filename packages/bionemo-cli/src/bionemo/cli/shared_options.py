@@ -150,7 +150,7 @@ def training_options(*, max_steps: str, val_check_interval: str, lr: str, seed: 
             bool,
             "--no-resume",
             default=False,
-            help="Start afresh (default: continue from the checkpoint in --output-dir).",
+            help="Start afresh, removing the checkpoints in --output-dir (default: continue this run from them).",
         ),
         option(int | None, "--seed", help=seed),
     )

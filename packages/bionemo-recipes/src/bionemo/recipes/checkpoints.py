@@ -10,6 +10,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 
 from bionemo.recipes.interrupts import InterruptCheckpoint
+from bionemo.recipes.run_record import whole_checkpoint
 from bionemo.recipes.settings import RunSettings
 from bionemo.recipes.trainers import uses_megatron
 
@@ -60,15 +61,9 @@ def interrupt_checkpoint(settings: RunSettings, dirpath: Path) -> InterruptCheck
 def resume_checkpoint(settings: RunSettings, dirpath: Path) -> str | None:
     """The checkpoint :func:`checkpoint_callback` wrote last and completely in ``dirpath``, or None.
 
-    A megatron distributed checkpoint is complete once ``weights/metadata.json`` exists: megatron-core writes
-    it after every rank's shards.
+    Lightning's ``last.ckpt``, or under MegatronStrategy the newest whole ``step<N>/``
+    (:func:`bionemo.recipes.run_record.whole_checkpoint`). Which run wrote it is not checked here: a run's own
+    checkpoints are told from another run's by :func:`bionemo.recipes.run_record.check_resumable`.
     """
-    if uses_megatron(settings):
-        whole = {
-            int(path.name.removeprefix("step")): path
-            for path in dirpath.glob("step*")
-            if path.name.removeprefix("step").isdigit() and (path / "weights" / "metadata.json").is_file()
-        }
-        return str(whole[max(whole)]) if whole else None
-    last = dirpath / "last.ckpt"
-    return str(last) if last.is_file() else None
+    found = whole_checkpoint(dirpath, megatron=uses_megatron(settings))
+    return None if found is None else str(found)

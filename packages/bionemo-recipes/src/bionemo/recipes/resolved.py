@@ -137,13 +137,17 @@ def save_settings(settings: RunSettings, directory: Path, *, training: bool, fin
     """Write ``settings`` (those of a training, fine-tuning or prediction run) to ``directory/settings.yaml``.
 
     Written atomically. The file is a valid ``--config``: rerunning with it (and nothing else) runs the same
-    settings. ``finetuning`` (with ``training``) keeps the fine-tuning settings, which other runs leave out.
+    settings, and continues a training run from its checkpoints (``resume: true`` also after ``--no-resume``,
+    which says how one invocation started, not what the run is). ``finetuning`` (with ``training``) keeps the
+    fine-tuning settings, which other runs leave out.
     """
     import yaml
 
     from bionemo.core.atomic_files import replaced_atomically
 
     left_out = (*_PREDICT_ONLY, *(() if finetuning else _FINETUNE_ONLY)) if training else _TRAIN_ONLY
+    if training:
+        settings = settings.model_copy(update={"resume": True})
     values: dict[str, Any] = settings.model_dump(mode="json", exclude=set(left_out))
     path = directory / SETTINGS_FILE
     with replaced_atomically(path) as temporary:

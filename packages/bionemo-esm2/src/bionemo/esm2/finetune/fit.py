@@ -24,8 +24,9 @@ def fit(
     data: LabelledData,
     out: Path,
     start: Any,
+    resume_from: str | None,
 ) -> SummaryRows:
-    """Train (from the output folder's newest checkpoint unless ``--no-resume``); export; the summary rows (rank 0)."""
+    """Train (from ``resume_from``, the run's own newest checkpoint, if any); export; the summary rows (rank 0)."""
     import lightning.pytorch as pl
 
     from bionemo.esm2.checkpoints.weights import full_state_dict
@@ -33,7 +34,6 @@ def fit(
     from bionemo.esm2.finetune.dropout_steps import KeyedDropoutSteps
     from bionemo.esm2.finetune.module import encoder_tensors
     from bionemo.esm2.finetune.throughput import StepTimer
-    from bionemo.recipes.checkpoints import resume_checkpoint
     from bionemo.recipes.trainers import is_launching_rank
 
     pl.seed_everything(settings.seed, workers=True, verbose=False)
@@ -49,7 +49,6 @@ def fit(
         module = finetune_module(settings, defaults, spec, start.tensors)
         datamodule = _datamodule(settings, defaults, spec, data, max_steps)
     checkpoints = out / "checkpoints"
-    resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
     best = BestWeights(BEST_METRIC[spec.task], checkpoints)
     timer = StepTimer(pause_every=min(defaults.value(settings, "val_check_interval"), max_steps))
     watchers = [best, timer, KeyedDropoutSteps(settings.seed)]

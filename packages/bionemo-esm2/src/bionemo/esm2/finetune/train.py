@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bionemo.esm2.finetune.options import DEFAULT_LR, FinetuneOptions, finetune_options
-from bionemo.esm2.finetune.spec import FinetuneSpec
+from bionemo.esm2.finetune.spec import EncoderMode, FinetuneSpec
 from bionemo.esm2.finetune.tasks import (
     LabelledData,
     LabelledRecord,
@@ -129,6 +129,7 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     (:func:`finetune_defaults`) and takes the model's shape from the base checkpoint.
     """
     from bionemo.recipes.resolved import resolved_training_settings, save_settings, training_plan
+    from bionemo.recipes.run_record import check_resumable, run_identity, start_run_record
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank, uses_megatron
 
     try:
@@ -175,9 +176,13 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     if spec.lora is not None and uses_megatron(settings):
         run_defaults = replace(run_defaults, model=lora_recompute(run_defaults.model))
     check_output_dir(out, create=False)
+    identity = run_identity(settings, {"model": model, "finetune": spec.to_json()})
+    megatron = spec.encoder is not EncoderMode.FROZEN and uses_megatron(settings)  # frozen: Lightning's strategies
+    resume_from = check_resumable(settings, out / "checkpoints", identity, megatron=megatron)
     start = checked_checkpoint(header.path)  # the tensors: NaN/Inf
     check_output_dir(out)
     if is_launching_rank():
+        start_run_record(settings, out / "checkpoints", identity)
         by_count = {} if steps is None else {"micro_batch_size": given.micro_batch_size, "global_batch_size": None}
         save_settings(settings.model_copy(update={"output_dir": out, **by_count}), out, training=True, finetuning=True)
         plan = (
@@ -188,7 +193,7 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
         print(f"Fine-tuning ({spec.task}, {spec.head.kind} head, encoder {spec.encoder}): {plan}", flush=True)
     from bionemo.esm2.finetune.fit import fit
 
-    return fit(settings, run_defaults, recipe, spec, data, out, start)
+    return fit(settings, run_defaults, recipe, spec, data, out, start, resume_from)
 
 
 FINETUNE_TOKENS = 16_384

@@ -562,7 +562,9 @@ def _summarize(
                  ("uniform guess over 20 amino acids", "20.000")]  # fmt: skip
     if "pseudo_perplexity" in means:
         rows.append(("mean pseudo-perplexity (each residue masked once)", shown(means["pseudo_perplexity"], 3)))
-    if checkpoint.source == "bionemo":
+    if getattr(checkpoint, "finetune", None) is not None:
+        rows.append(("validation at fine-tuning", _best(metadata.get("best"))))
+    elif checkpoint.source == "bionemo":
         rows.append(("validation perplexity at training: trained / untrained", _pair(metadata)))
     return [
         *rows,
@@ -610,6 +612,13 @@ def _speed_rows(summary: dict[str, Any]) -> list[tuple[str, str]]:
         first = summary["first_batch_seconds"]
         rows.append(("speed after the first batch", f"{steady:,.0f} tokens/s (the first took {first:.1f} s)"))
     return rows
+
+
+def _best(best: Any) -> str:
+    """A fine-tuned model's best validation (``{"metric", "value", "step"}`` in its metadata): its weights'."""
+    if not isinstance(best, dict) or finite(best.get("value")) is None:
+        return "not recorded"
+    return f"best {best.get('metric')} {shown(best['value'], 4)} at step {best.get('step')}"
 
 
 def _pair(metadata: dict[str, Any]) -> str:

@@ -37,7 +37,8 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     from bionemo.esm2.data.demo import demo_families, write_fasta
     from bionemo.esm2.data.readers import InputError, read_sequences
     from bionemo.recipes.resolved import resolved_training_settings, save_settings, training_plan
-    from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank
+    from bionemo.recipes.run_record import check_resumable, run_identity, start_run_record
+    from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank, uses_megatron
 
     # every check that needs no tensor comes first and imports nothing heavy: bad input is refused at once
     model = checked_model_settings({**defaults.model, **(settings.model or {})})
@@ -79,15 +80,18 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
         settings, model["seq_length"], {"training": _lengths(train_records), "validation": _lengths(val)}
     )
     check_output_dir(out, create=False)
+    identity = run_identity(settings, {"model": model})
+    resume_from = check_resumable(settings, out / "checkpoints", identity, megatron=uses_megatron(settings))
     start = None if header is None else checked_checkpoint(header.path)  # the tensors: NaN/Inf
     check_output_dir(out)
     if is_launching_rank():
+        start_run_record(settings, out / "checkpoints", identity)
         save_settings(settings.model_copy(update={"output_dir": out}), out, training=True)
         print(f"Training {training_plan(given, settings, defaults, gpu=gpu)}", flush=True)
         if data is None:
             (out / "data").mkdir(parents=True, exist_ok=True)
             write_fasta(records, out / "data" / "demo_train.fasta")
-    return _fit(settings, defaults, recipe, (train_records, val), out, start, steps)
+    return _fit(settings, defaults, recipe, (train_records, val), out, start, steps, resume_from)
 
 
 def split_records(records: list, seed: int) -> tuple[list, list]:
@@ -110,13 +114,13 @@ def _fit(
     out: Path,
     start: Any,
     steps: TokenSteps | None,
+    resume_from: str | None,
 ) -> SummaryRows:
-    """Train (from the output directory's newest checkpoint unless ``--no-resume``); export; the summary rows."""
+    """Train (from ``resume_from``, the run's own newest checkpoint, if any); export; the summary rows."""
     import lightning.pytorch as pl
 
     from bionemo.esm2.checkpoints.weights import full_state_dict
     from bionemo.esm2.data.readers import lowercase_note
-    from bionemo.recipes.checkpoints import resume_checkpoint
     from bionemo.recipes.trainers import is_launching_rank, uses_megatron
 
     pl.seed_everything(settings.seed, workers=True, verbose=False)
@@ -125,12 +129,10 @@ def _fit(
     module = _module(settings, defaults, megatron, start)
     max_steps = defaults.value(settings, "max_steps")
     data = training_data(settings, defaults, train_records, val, max_steps, steps)
-    checkpoints = out / "checkpoints"
-    resume_from = resume_checkpoint(settings, checkpoints) if settings.resume else None
     trainer = _trainer(
         settings,
         out,
-        checkpoints,
+        out / "checkpoints",
         max_steps,
         min(defaults.value(settings, "val_check_interval"), max_steps),
         resume_from,
