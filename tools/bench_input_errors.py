@@ -79,6 +79,14 @@ def _finetuned_model(folder: Path, base: str, train: str) -> str:
     return str(out / "model.safetensors")
 
 
+def _other_run(folder: Path) -> str:
+    """An output folder holding another run's checkpoint (a run of seed 99; the check reads no checkpoint)."""
+    (folder / "checkpoints").mkdir(parents=True)
+    (folder / "checkpoints" / "last.ckpt").write_bytes(b"another run's checkpoint")
+    _write(folder / "checkpoints" / "run.json", json.dumps({"seed": 99}))
+    return str(folder)
+
+
 def finetune_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
     """The cases of `bionemo run finetune` (name, arguments after `bionemo run`, a piece of the expected message)."""
     from bionemo.esm2.recipes import BUNDLED_CHECKPOINT
@@ -153,6 +161,11 @@ def finetune_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
             finetune(*classify, "--mask-column", "ss"),
             "applies to the per-residue tasks",
         ),
+        (
+            "finetune: another run's checkpoints",
+            [*finetune(*classify), "--output-dir", _other_run(tmp / "other_finetune")],
+            "holds the checkpoints of another run",
+        ),
     ]
 
 
@@ -217,6 +230,11 @@ def cases(tmp: Path) -> list[tuple[str, list[str], str]]:
         ("train: missing --checkpoint", ["train", "--checkpoint", str(tmp / "nope")], "does not exist"),
         ("train: unknown config key", ["train", "--config", _write(tmp / "c.yaml", "devicez: 2\n")], "devicez"),
         ("train: --devices 0", ["train", "--devices", "0"], "--devices"),
+        (
+            "train: another run's checkpoints",
+            ["train", "--output-dir", _other_run(tmp / "other_train")],
+            "holds the checkpoints of another run",
+        ),
         *finetune_cases(tmp),
     ]
 
