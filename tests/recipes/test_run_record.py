@@ -9,6 +9,7 @@ from bionemo.recipes.run_record import (
     RUN_FILE,
     check_resumable,
     clear_checkpoints,
+    records_digest,
     run_identity,
     start_run_record,
     whole_checkpoint,
@@ -27,21 +28,31 @@ def _megatron_checkpoint(folder: Path, name: str) -> Path:
     return folder / name
 
 
-def test_identity_makes_paths_absolute_and_takes_the_global_batch_of_the_run(tmp_path, monkeypatch):
+def test_identity_makes_the_checkpoint_absolute_and_takes_the_global_batch_of_the_run(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    identity = run_identity(_settings(data=Path("train.fasta"), seed=3), {"model": {"num_layers": 4}})
-    assert identity["data"] == str(tmp_path / "train.fasta")
-    assert (identity["checkpoint"], identity["val_data"]) == (None, None)
-    assert (identity["seed"], identity["global_batch_size"], identity["model"]) == (3, 16, {"num_layers": 4})
+    identity = run_identity(_settings(checkpoint=Path("base"), data=Path("a.fasta"), seed=3), {"model": {"layers": 4}})
+    assert identity["checkpoint"] == str(tmp_path / "base")
+    assert "data" not in identity  # the records are the data (the recipe's digest), not the file's path
+    assert (identity["seed"], identity["global_batch_size"], identity["model"]) == (3, 16, {"layers": 4})
     by_tokens = run_identity(RunSettings(global_batch_tokens=4096, global_batch_size=7))
     assert by_tokens["global_batch_tokens"] == 4096
     assert "global_batch_size" not in by_tokens  # items per step follow the layout when batches are cut by tokens
     assert run_identity(_settings(), {"targets": ("qkv", "fc1")})["targets"] == ["qkv", "fc1"]  # as JSON reads back
 
 
+def test_records_digest_tells_records_apart_by_every_field_and_their_order():
+    records = [("a", "MKV", (1.0,)), ("b", "LLA", (0.0,))]
+    digest = records_digest(records)
+    assert digest == records_digest(iter(list(records)))
+    assert digest["records"] == 2
+    assert len(digest["sha256"]) == 16
+    others = [records[::-1], [records[0]], [("a", "MKV", (1.0,)), ("b", "LLA", (1.0,))], [("a", "MK", "V"), records[1]]]
+    assert all(records_digest(other)["sha256"] != digest["sha256"] for other in others)
+
+
 def test_same_run_resumes_and_layout_changes_are_the_same_run(tmp_path):
     checkpoints = tmp_path / "checkpoints"
-    first = _settings(data=tmp_path / "a.fasta", devices=1, max_steps=10, lr=1e-3)
+    first = _settings(devices=1, max_steps=10, lr=1e-3)
     identity = run_identity(first)
     assert check_resumable(first, checkpoints, identity, megatron=False) is None  # nothing there: a fresh start
     start_run_record(first, checkpoints, identity)
@@ -49,16 +60,16 @@ def test_same_run_resumes_and_layout_changes_are_the_same_run(tmp_path):
     later = first.model_copy(update={"devices": 2, "max_steps": 20, "lr": 5e-4, "micro_batch_size": 4})
     assert check_resumable(later, checkpoints, run_identity(later), megatron=False) == str(checkpoints / "last.ckpt")
     (checkpoints / RUN_FILE).unlink()  # written before run.json existed: resumed as before
-    other = _settings(data=tmp_path / "b.fasta")
+    other = _settings(seed=1)
     assert check_resumable(other, checkpoints, run_identity(other), megatron=False) == str(checkpoints / "last.ckpt")
 
 
 def test_another_run_is_refused_naming_what_differs(tmp_path):
     checkpoints = tmp_path / "run" / "checkpoints"
-    first = _settings(data=tmp_path / "a.csv")
+    first = _settings()
     start_run_record(first, checkpoints, run_identity(first, {"finetune": {"task": "regression", "head": {"k": 1}}}))
     _megatron_checkpoint(checkpoints, "step10")
-    other = _settings(data=tmp_path / "a.csv", seed=1)
+    other = _settings(seed=1)
     identity = run_identity(other, {"finetune": {"task": "classification", "head": {"k": 1}}})
     with pytest.raises(SettingsError) as refused:
         check_resumable(other, checkpoints, identity, megatron=True)

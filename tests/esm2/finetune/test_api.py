@@ -182,3 +182,16 @@ def test_bad_input_is_refused_with_the_clis_messages_naming_the_arguments(base, 
     assert not list(tmp_path.iterdir())  # every refused run removed its temporary folders
     assert issubclass(SettingsError, ValueError)
     assert issubclass(InputError, ValueError)
+
+
+def test_output_dir_resumes_its_own_run_and_refuses_another(base, tmp_path):
+    """The API's data goes through a new temporary CSV on every call: a run is its records, not the file's path."""
+    train = rows(48, seed=1)
+    sequences, kinds = _pairs(train), [r["kind"] for r in train]
+    common = {"task": "classification", "label_columns": ["kind"], "accelerator": "cpu", "output_dir": tmp_path / "run"}
+    assert finetune(base, sequences, kinds, max_steps=3, **common).metrics["steps"] == 3
+    assert finetune(base, sequences, kinds, max_steps=5, **common).metrics["steps"] == 5  # resumed, not refused
+    flipped = [{"hyd": "pol", "pol": "hyd"}[kind] for kind in kinds]
+    with pytest.raises(SettingsError, match=r"holds the checkpoints of another run .* data\.train\.sha256"):
+        finetune(base, sequences, flipped, max_steps=3, **common)
+    assert finetune(base, sequences, flipped, max_steps=3, resume=False, **common).metrics["steps"] == 3

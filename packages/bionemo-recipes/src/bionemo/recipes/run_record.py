@@ -19,10 +19,11 @@ Checkpoints without ``run.json`` (written before it existed) are resumed as befo
 check runs with the other input checks, before torch is imported.
 """
 
+import hashlib
 import json
 import shutil
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ __all__ = [
     "RUN_FILE",
     "check_resumable",
     "clear_checkpoints",
+    "records_digest",
     "run_identity",
     "start_run_record",
     "whole_checkpoint",
@@ -43,22 +45,21 @@ RUN_FILE = "run.json"
 
 LIGHTNING_CHECKPOINT = "last.ckpt"
 
-_PATHS = ("checkpoint", "data", "val_data")
-_VALUES = ("recipe", "seed", "truncate", "val_fraction")
+_VALUES = ("recipe", "seed", "truncate")
 
 
 def run_identity(settings: RunSettings, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """What defines a training run: a resume must not change it (JSON values, paths made absolute).
+    """What defines a training run: a resume must not change it (JSON values).
 
     ``settings`` are the resolved settings (batch sizes decided); ``extra`` the recipe's resolved parts that
-    ``settings`` leave implicit (the model's hyper-parameters, a fine-tuning run's task, head, labels and
-    encoder), JSON values. The global batch is ``global_batch_tokens`` where batches are cut by tokens, else
+    ``settings`` leave implicit: the data the run trains and validates on (:func:`records_digest` of each part:
+    the records, not the files' paths, so a moved file is the same run and an edited one is not), the model's
+    hyper-parameters, a fine-tuning run's task, head, labels and encoder; JSON values. The starting checkpoint is
+    its absolute path. The global batch is ``global_batch_tokens`` where batches are cut by tokens, else
     ``global_batch_size``: either is the same on every layout.
     """
-    identity: dict[str, Any] = {
-        name: None if getattr(settings, name) is None else str(Path(getattr(settings, name)).resolve())
-        for name in _PATHS
-    }
+    checkpoint = settings.checkpoint
+    identity: dict[str, Any] = {"checkpoint": None if checkpoint is None else str(Path(checkpoint).resolve())}
     identity.update({name: getattr(settings, name) for name in _VALUES})
     if settings.global_batch_tokens is not None:
         identity["global_batch_tokens"] = settings.global_batch_tokens
@@ -66,6 +67,19 @@ def run_identity(settings: RunSettings, extra: Mapping[str, Any] | None = None) 
         identity["global_batch_size"] = settings.global_batch_size
     identity.update(extra or {})
     return json.loads(json.dumps(identity, default=str))  # as the file will read back: tuples as lists
+
+
+def records_digest(records: Iterable[Sequence[Any]]) -> dict[str, Any]:
+    """``{"records": count, "sha256": first 16 hex digits}`` of ``records`` (each a row of fields, in order).
+
+    Each field is hashed as its ``repr``, fields and rows delimited, so two lists of records digest alike exactly
+    when they hold the same fields in the same order.
+    """
+    digest, count = hashlib.sha256(), 0
+    for record in records:
+        digest.update("\x1f".join(map(repr, record)).encode() + b"\x1e")
+        count += 1
+    return {"records": count, "sha256": digest.hexdigest()[:16]}
 
 
 def whole_checkpoint(checkpoints: Path, *, megatron: bool) -> Path | None:

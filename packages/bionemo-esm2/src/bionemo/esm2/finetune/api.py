@@ -196,6 +196,7 @@ def finetune(
     global_batch_size: int | None = None,
     truncate: bool = False,
     output_dir: str | Path | None = None,
+    resume: bool = True,
     accelerator: Accelerator | str = Accelerator.AUTO,
     devices: int = 1,
     precision: Precision | str | None = None,
@@ -235,6 +236,9 @@ def finetune(
         truncate: Cut sequences (and per-residue labels) longer than the model's context instead of refusing them.
         output_dir: Where the run goes (``model.safetensors``, logs, checkpoints, ``summary.json``); an existing
             run there is resumed as the CLI does. Default: a temporary folder deleted with the returned model.
+        resume: Continue the run in ``output_dir`` from its checkpoints (the same sequences, labels and settings
+            that define it; another run's checkpoints there are refused with a ``SettingsError``). False (the CLI's
+            ``--no-resume``) removes them and starts afresh.
         accelerator: ``auto``, ``cpu`` or ``gpu``.
         devices: Devices to train on (more than one: give ``output_dir`` and run from a script, which Lightning's
             launcher starts once per device).
@@ -247,7 +251,7 @@ def finetune(
     Raises:
         SettingsError: What ``bionemo run finetune`` refuses: options, the base checkpoint, bad labels or
             sequences (``sequences[i]`` / ``val_sequences[i]`` name them), one class only, unseen validation
-            classes. A ``ValueError``.
+            classes, another run's checkpoints in ``output_dir``. A ``ValueError``.
         ValueError: ``labels`` (or ``masks``) not one per sequence; validation labels without validation
             sequences; several processes without ``output_dir``.
         TypeError: ``sequences`` is a string or holds something other than strings and pairs.
@@ -287,6 +291,7 @@ def finetune(
         "devices": devices,
         "precision": None if precision is None else str(precision),
         "seed": seed,
+        "resume": resume,
     }
     workdir = tempfile.TemporaryDirectory(prefix="bionemo_finetune_") if output_dir is None else None
     out = Path(workdir.name if workdir is not None else output_dir)  # type: ignore[arg-type]

@@ -176,7 +176,7 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     if spec.lora is not None and uses_megatron(settings):
         run_defaults = replace(run_defaults, model=lora_recompute(run_defaults.model))
     check_output_dir(out, create=False)
-    identity = run_identity(settings, {"model": model, "finetune": spec.to_json()})
+    identity = run_identity(settings, {"model": model, "data": _data_identity(data), "finetune": spec.to_json()})
     megatron = spec.encoder is not EncoderMode.FROZEN and uses_megatron(settings)  # frozen: Lightning's strategies
     resume_from = check_resumable(settings, out / "checkpoints", identity, megatron=megatron)
     start = checked_checkpoint(header.path)  # the tensors: NaN/Inf
@@ -276,6 +276,16 @@ def lora_recompute(model: Mapping[str, Any]) -> Mapping[str, Any]:
         return model
     layers = max(1, round(int(model["num_layers"]) * LORA_RECOMPUTE_SHARE))
     return {**model, "recompute_granularity": "full", "recompute_method": "block", "recompute_num_layers": layers}
+
+
+def _data_identity(data: LabelledData) -> dict[str, Any]:
+    """The training and validation records' digests (ids, sequences, labels, masks), for the run's identity."""
+    from bionemo.recipes.run_record import records_digest
+
+    return {
+        part: records_digest((r.id, r.sequence, r.labels, r.mask) for r in records)
+        for part, records in (("train", data.train), ("val", data.val))
+    }
 
 
 def _model_overrides(settings: RunSettings, base: dict[str, Any]) -> dict[str, Any]:
