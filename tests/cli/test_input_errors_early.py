@@ -56,6 +56,17 @@ def empty_dir(path: Path) -> str:
     return str(path)
 
 
+def run_folder(path: Path) -> str:
+    """A run's output folder: the exported bionemo model.safetensors (the bundled one here), no config.json."""
+    import shutil
+
+    from bionemo.esm2.recipes import BUNDLED_CHECKPOINT
+
+    path.mkdir()
+    shutil.copy(BUNDLED_CHECKPOINT, path / "model.safetensors")
+    return str(path)
+
+
 def hf_folder(tmp: Path, name: str, **config) -> str:
     from support.hf_esm import mutate_config, random_hf_esm
 
@@ -85,6 +96,11 @@ CASES = {
         "not a readable safetensors file",
     ),
     "training checkpoint": (lambda t: ["predict", "--checkpoint", write(t / "last.ckpt", "x")], "training"),
+    "a run's folder": (
+        lambda t: ["predict", "--checkpoint", run_folder(t / "run")],
+        "is a bionemo run's folder, not a Hugging Face one (it has no config.json): --checkpoint takes the weights "
+        "file the run exported",
+    ),
     "HF folder without config": (
         lambda t: ["predict", "--checkpoint", empty_dir(t / "empty_hf")],
         "has no config.json",

@@ -80,6 +80,7 @@ def read_checkpoint_header(path: Path) -> CheckpointHeader:
             "or pytorch_model.bin) or a bionemo model.safetensors"
         )
     refuse_training_checkpoint(path)
+    _refuse_run_folder(path)
     if is_hf_folder(path):
         return _hf_header(path)
     return _bionemo_header(path)
@@ -95,9 +96,30 @@ def refuse_training_checkpoint(path: Path) -> None:
     if path.suffix == ".ckpt" or megatron:
         run = path.parent.parent if path.parent.name == "checkpoints" else path.parent
         raise CheckpointError(
-            f"{path} is a training checkpoint (`bionemo run train --output-dir {run}` resumes from it); "
+            f"{path} is a training checkpoint (the command that wrote it, rerun with --output-dir {run}, resumes "
+            "from it); "
             "--checkpoint takes model weights: "
             f"the model.safetensors a run exports (here {run / 'model.safetensors'}) or a Hugging Face folder"
+        )
+
+
+def _refuse_run_folder(path: Path) -> None:
+    """A ``run train`` / ``run finetune`` output folder is not a Hugging Face folder: name the weights file in it.
+
+    Raises:
+        CheckpointError: ``path`` is a folder without ``config.json`` whose ``model.safetensors`` is bionemo's.
+    """
+    weights = path / "model.safetensors"
+    if not path.is_dir() or (path / "config.json").exists() or not weights.is_file():
+        return
+    try:
+        metadata = read_safetensors_header(weights).metadata
+    except (OSError, SafetensorsHeaderError):
+        return
+    if "model" in metadata:
+        raise CheckpointError(
+            f"{path} is a bionemo run's folder, not a Hugging Face one (it has no config.json): --checkpoint takes "
+            f"the weights file the run exported, {weights}"
         )
 
 
