@@ -136,3 +136,39 @@ def test_reset_and_best_metric_modes():
     assert metrics.compute()["test_accuracy"].item() == pytest.approx(1.0)
     assert set(BEST_METRIC) == set(Task)
     assert all(best.mode is Mode.MAX for best in BEST_METRIC.values())  # all scores/correlations here
+
+
+def _mcc(predicted: torch.Tensor, target: torch.Tensor, k: int) -> float:
+    """The multiclass MCC from the confusion counts, 0 where its denominator is 0 (scikit-learn's convention)."""
+    c, s = float((predicted == target).sum()), float(len(target))
+    p = torch.bincount(predicted, minlength=k).double()
+    t = torch.bincount(target, minlength=k).double()
+    denominator = (s**2 - float(p.square().sum())) * (s**2 - float(t.square().sum()))
+    return (c * s - float((p * t).sum())) / denominator**0.5 if denominator > 0 else 0.0
+
+
+@pytest.mark.parametrize(
+    ("predicted", "target"),
+    [
+        ([0] * 8, [0] * 7 + [1]),  # one class predicted for every sequence: torchmetrics 1.9 says 0.80
+        ([1] * 8, [0] * 7 + [1]),  # ... and -0.80 for the other class
+        ([0] * 4, [0] * 4),  # one class in the targets too
+        ([0, 1, 0, 1], [1, 1, 1, 1]),
+        ([0, 1, 1, 0], [0, 1, 1, 0]),  # perfect
+        ([1, 0, 0, 1], [0, 1, 1, 0]),  # inverted
+        ([0, 2, 2, 0, 1], [0, 2, 1, 0, 2]),
+    ],
+)
+def test_mcc_is_zero_where_undefined_and_the_formula_elsewhere(predicted, target):
+    k = 3 if 2 in predicted + target else 2
+    logits = torch.nn.functional.one_hot(torch.tensor(predicted), k).float()
+    got = computed(Task.CLASSIFICATION, k, (logits, torch.tensor(target)))
+    assert got["val_mcc"] == pytest.approx(_mcc(torch.tensor(predicted), torch.tensor(target), k), abs=1e-6)
+
+
+def test_a_constant_predictor_is_not_the_best_validation():
+    """What val_mcc chooses the exported weights by: a model that learned beats one that predicts the majority."""
+    target = torch.tensor([0] * 7 + [1])
+    constant = computed(Task.CLASSIFICATION, 2, (torch.tensor([[1.0, 0.0]] * 8), target))["val_mcc"]
+    learned = torch.tensor([[1.0, 0.0]] * 6 + [[0.0, 1.0]] * 2)  # one error: a majority sample called minority
+    assert computed(Task.CLASSIFICATION, 2, (learned, target))["val_mcc"] > constant == 0.0

@@ -4,7 +4,8 @@ Keys, with the default ``val_`` prefix:
 
 - regression and token-regression: ``val_mse``, ``val_pearson``, ``val_spearman`` (token-regression over the
   scored residues; several regression columns: the mean over the columns);
-- classification: ``val_accuracy``, ``val_f1_macro``, ``val_auroc`` (one-vs-rest, macro), ``val_mcc``;
+- classification: ``val_accuracy``, ``val_f1_macro``, ``val_auroc`` (one-vs-rest, macro), ``val_mcc``
+  (:class:`MatthewsCorrCoef`: 0 where it is undefined, e.g. a model that predicts one class for every sequence);
 - multilabel: ``val_auroc_micro``, ``val_auroc_macro``, ``val_f1_micro``, ``val_f1_macro`` (0.5 threshold);
 - token-classification: ``val_accuracy`` over the scored residues.
 
@@ -34,7 +35,7 @@ from torchmetrics.regression import MeanSquaredError, PearsonCorrCoef, SpearmanC
 from bionemo.esm2.finetune.objectives import predictions
 from bionemo.esm2.finetune.tasks import Task
 
-__all__ = ["BEST_METRIC", "METRIC_NAMES", "BestMetric", "Mode", "TaskMetrics"]
+__all__ = ["BEST_METRIC", "METRIC_NAMES", "BestMetric", "MatthewsCorrCoef", "Mode", "TaskMetrics", "matthews_corrcoef"]
 
 
 class Mode(StrEnum):
@@ -73,6 +74,36 @@ BEST_METRIC: dict[Task, BestMetric] = {
 """Per task: rank correlation for regression (what fitness benchmarks report); MCC for classification (unlike
 accuracy, not fooled by a majority class); macro AUROC for multilabel (threshold-free, every label weighs the
 same); per-residue accuracy for token-classification (Q3/Q8 accuracy)."""
+
+
+def matthews_corrcoef(confmat: torch.Tensor) -> torch.Tensor:
+    """The multiclass Matthews correlation coefficient of ``confmat`` [k, k] (rows: targets, columns: predictions).
+
+    ``(c s - sum_k p_k t_k) / sqrt((s^2 - sum_k p_k^2) (s^2 - sum_k t_k^2))`` with ``c`` the correct predictions,
+    ``s`` all of them, ``p_k`` / ``t_k`` the predictions / targets of class ``k``; computed in float64, returned as
+    a float32 0-d tensor. Where the denominator is 0 (every prediction, or every target, of one class) it is 0, the
+    coefficient's limit there and scikit-learn's value.
+    """
+    confmat = confmat.double()
+    targets, predicted = confmat.sum(dim=1), confmat.sum(dim=0)
+    total = confmat.sum()
+    covariance = torch.trace(confmat) * total - (targets * predicted).sum()
+    spread = (total.square() - predicted.square().sum()) * (total.square() - targets.square().sum())
+    value = covariance / spread.sqrt() if spread > 0 else torch.zeros((), dtype=torch.float64, device=confmat.device)
+    return value.float()
+
+
+class MatthewsCorrCoef(MulticlassMatthewsCorrCoef):
+    """torchmetrics' ``MulticlassMatthewsCorrCoef`` (its states and syncing) computing :func:`matthews_corrcoef`.
+
+    torchmetrics 1.9 gives a two-class model that predicts one class for every sample +-0.80 instead of 0
+    (its edge-case branch for a zero denominator; Lightning-AI/torchmetrics#3355): the best-validation choice
+    (:data:`BEST_METRIC`, ``val_mcc``) would then pick such a degenerate model over ones that learned.
+    """
+
+    def compute(self) -> torch.Tensor:
+        """The coefficient of the confusion matrix summed over every update (and process)."""
+        return matthews_corrcoef(self.confmat)
 
 
 class TaskMetrics(nn.Module):
@@ -138,7 +169,7 @@ def _metrics(task: Task, k: int, kwargs: dict[str, Any]) -> dict[str, Metric | M
             "accuracy": MulticlassAccuracy(num_classes=k, average="micro", **kwargs),
             "f1_macro": MulticlassF1Score(num_classes=k, average="macro", **kwargs),
             "auroc": MulticlassAUROC(num_classes=k, average="macro", **kwargs),
-            "mcc": MulticlassMatthewsCorrCoef(num_classes=k, **kwargs),
+            "mcc": MatthewsCorrCoef(num_classes=k, **kwargs),
         }
     if task is Task.MULTILABEL:
         return {
