@@ -118,10 +118,10 @@ def sequence_lengths(args: argparse.Namespace, model: dict[str, Any], budget: in
 
 
 def train_flops(model: dict[str, Any], vocab: int, tokens: int) -> float:
-    """Matmul FLOPs of training one sequence of ``tokens`` (forward + backward = 3 x forward)."""
-    h, ffn = model["hidden_size"], model["ffn_hidden_size"]
-    per_layer = (8 * h * h + 4 * h * ffn) * tokens + 4 * tokens * tokens * h
-    return 3.0 * (model["num_layers"] * per_layer + 2 * h * vocab * tokens)
+    """Matmul FLOPs of training one sequence of ``tokens`` (``bionemo.esm2.model.flops``, as ``run train`` counts)."""
+    from bionemo.esm2.model.flops import training_flops
+
+    return training_flops(model, vocab, [tokens])
 
 
 def measure(args: argparse.Namespace) -> dict[str, float]:

@@ -9,7 +9,7 @@ from torch.utils.data import Dataset
 
 from bionemo.core import compute_device
 from bionemo.esm2.data.readers import SequenceRecord
-from bionemo.esm2.tokenizer import ProteinTokenizer
+from bionemo.esm2.tokenizer import ProteinTokenizer, encoded_length
 
 __all__ = [
     "MaskedProteinDataset",
@@ -56,6 +56,10 @@ class MaskedProteinDataset(Dataset):
         index = item % len(self.records)
         return _masked_item(self, index, self.seed * 1_000_003 + item)
 
+    def item_lengths(self, item: int) -> list[int]:
+        """Tokens of item ``item``'s sequence (residues + 2), as a one-element list."""
+        return [encoded_length(self.records[item % len(self.records)].sequence)]
+
 
 class MaskedTokenBatches(Dataset):
     """Training or validation micro-batches cut by tokens: item ``k`` is micro-batch ``k``'s masked sequences.
@@ -91,6 +95,10 @@ class MaskedTokenBatches(Dataset):
         return [
             _masked_item(self, index, (seed * 1_000_000_007 + index) % 2**64) for index in self.batches.records(item)
         ]
+
+    def item_lengths(self, item: int) -> list[int]:
+        """Tokens of each sequence of micro-batch ``item`` (residues + 2)."""
+        return [encoded_length(self.records[index].sequence) for index in self.batches.records(item)]
 
 
 def _masked_item(data: MaskedProteinDataset | MaskedTokenBatches, index: int, seed: int) -> dict[str, torch.Tensor]:

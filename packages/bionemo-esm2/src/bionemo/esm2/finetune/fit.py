@@ -33,7 +33,7 @@ def fit(
     from bionemo.esm2.finetune.best import BestWeights
     from bionemo.esm2.finetune.dropout_steps import KeyedDropoutSteps
     from bionemo.esm2.finetune.module import encoder_tensors
-    from bionemo.esm2.finetune.throughput import StepTimer
+    from bionemo.recipes.step_timer import StepTimer
     from bionemo.recipes.trainers import is_launching_rank
 
     pl.seed_everything(settings.seed, workers=True, verbose=False)

@@ -124,6 +124,7 @@ def _fit(
 
     from bionemo.esm2.checkpoints.weights import full_state_dict
     from bionemo.esm2.data.readers import lowercase_note
+    from bionemo.recipes.step_timer import StepTimer
     from bionemo.recipes.trainers import is_launching_rank, uses_megatron
 
     pl.seed_everything(settings.seed, workers=True, verbose=False)
@@ -132,14 +133,9 @@ def _fit(
     module = _module(settings, defaults, megatron, start)
     max_steps = defaults.value(settings, "max_steps")
     data = training_data(settings, defaults, train_records, val, max_steps, steps)
-    trainer = _trainer(
-        settings,
-        out,
-        out / "checkpoints",
-        max_steps,
-        min(defaults.value(settings, "val_check_interval"), max_steps),
-        resume_from,
-    )
+    interval = min(defaults.value(settings, "val_check_interval"), max_steps)
+    timer = StepTimer(pause_every=interval)
+    trainer = _trainer(settings, out, out / "checkpoints", max_steps, interval, resume_from, timer)
     baseline_file = out / "untrained_baseline.json"
     if resume_from is None and not megatron:
         # the starting model's validation perplexity: the baseline the trained model is compared with
@@ -155,6 +151,7 @@ def _fit(
     sizes = f"{len(train_records)} / {len(val)}"
     batch = batch_label(settings) if steps is None else steps.label()
     rows = _export(settings, defaults, recipe, trainer, tensors, out, start, baseline_file, sizes, batch)
+    _add_speed(rows, settings, defaults, trainer, timer, data, steps, out, split)
     if note := lowercase_note([*train_records, *val]):
         at = next(i for i, (name, _) in enumerate(rows) if name == "sequences (train / val)") + 1
         rows.insert(at, ("input", note))
@@ -235,10 +232,82 @@ def training_data(
     )
 
 
+def _add_speed(
+    rows: SummaryRows,
+    settings: RunSettings,
+    defaults: RecipeDefaults,
+    trainer: Any,
+    timer: Any,
+    data: Any,
+    steps: TokenSteps | None,
+    out: Path,
+    split: tuple[list, list],
+) -> None:
+    """Put the run's speed in ``rows`` (before the files) and write ``summary.json`` (rank 0, after the export)."""
+    import torch
+
+    from bionemo.esm2.checkpoints.weights import read_metadata
+    from bionemo.esm2.recipes.train_speed import speed_rows, training_speed
+    from bionemo.esm2.tokenizer import ProteinTokenizer
+
+    device = trainer.strategy.root_device
+    device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
+    items_per_step = defaults.value(settings, "global_batch_size") if steps is None else steps.parts
+    speed = training_speed(
+        timer,
+        data.datasets["train"],
+        items_per_step,
+        defaults.model,
+        ProteinTokenizer().vocab_size,
+        devices=trainer.world_size,
+        device_name=device_name,
+        precision=(settings.precision or Precision.FP32).value,
+    )
+    earlier = _earlier_summary(out)
+    if not speed["timed_steps"]:  # a rerun of a finished run trains nothing: keep what the run measured
+        speed = {key: earlier.get(key, value) for key, value in speed.items()}
+    at = next(i for i, (name, _) in enumerate(rows) if name == "weights")
+    rows[at:at] = speed_rows(speed, device_name)
+    exported = read_metadata(out / "model.safetensors")  # what the export recorded (val_ppl kept on a rerun)
+    summary = {
+        "recipe": exported.get("recipe"),
+        "steps": trainer.global_step,
+        "sequences_train": len(split[0]),
+        "sequences_val": len(split[1]),
+        "precision": (settings.precision or Precision.FP32).value,
+        "final_train_loss": finite(_logged(trainer, "reduced_train_loss")) or earlier.get("final_train_loss"),
+        "val_ppl": exported.get("val_ppl"),
+        "untrained_val_ppl": exported.get("untrained_val_ppl"),
+        "device": device_name or device.type,
+        **speed,
+    }
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
+    rows.append(("summary", out / "summary.json"))
+
+
+def _earlier_summary(out: Path) -> dict[str, Any]:
+    try:
+        earlier = json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return earlier if isinstance(earlier, dict) else {}
+
+
+def _logged(trainer: Any, key: str) -> float | None:
+    value = trainer.callback_metrics.get(key)
+    return None if value is None else float(value)
+
+
 def _trainer(
-    settings: RunSettings, out: Path, checkpoints: Path, max_steps: int, interval: int, resume_from: str | None
+    settings: RunSettings,
+    out: Path,
+    checkpoints: Path,
+    max_steps: int,
+    interval: int,
+    resume_from: str | None,
+    timer: Any,
 ) -> Any:
-    """The trainer with perplexity logging and what every training run has (:func:`training_trainer`)."""
+    """The trainer with perplexity logging, ``timer`` and what every training run has (:func:`training_trainer`)."""
     from bionemo.callbacks import PerplexityLoggingCallback
     from bionemo.recipes.training_run import training_trainer
 
@@ -249,7 +318,7 @@ def _trainer(
         max_steps=max_steps,
         interval=interval,
         resume_from=resume_from,
-        callbacks=[PerplexityLoggingCallback(log_train=True, log_val=True)],
+        callbacks=[PerplexityLoggingCallback(log_train=True, log_val=True), timer],
     )
 
 

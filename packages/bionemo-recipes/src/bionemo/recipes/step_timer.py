@@ -1,4 +1,4 @@
-"""Training speed of a fine-tuning run: wall time of its steps after a warm-up, validation excluded."""
+"""Training speed: the wall time of a run's optimizer steps after a warm-up; validation and saves left out."""
 
 import time
 from typing import Any
