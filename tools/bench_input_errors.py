@@ -79,6 +79,13 @@ def _finetuned_model(folder: Path, base: str, train: str) -> str:
     return str(out / "model.safetensors")
 
 
+def _training_run(folder: Path) -> str:
+    """A training run's folder, as `run train` leaves it once started (its settings.yaml)."""
+    folder.mkdir()
+    _write(folder / "settings.yaml", "seed: 0\n")
+    return str(folder)
+
+
 def _other_run(folder: Path) -> str:
     """An output folder holding another run's checkpoint (a run of seed 99; the check reads no checkpoint)."""
     (folder / "checkpoints").mkdir(parents=True)
@@ -206,6 +213,11 @@ def cases(tmp: Path) -> list[tuple[str, list[str], str]]:
             "predict: another run's predictions",
             ["predict", "--output-dir", str(earlier.parent)],
             "--overwrite",
+        ),
+        (
+            "predict: a training run's folder",
+            ["predict", "--output-dir", _training_run(tmp / "trained")],
+            "is a training run's folder",
         ),
         (
             "predict: truncated .fasta.gz",

@@ -56,6 +56,13 @@ def empty_dir(path: Path) -> str:
     return str(path)
 
 
+def training_run(path: Path) -> str:
+    """A folder as `run train` leaves it once started: its settings.yaml (and later checkpoints, summary.json)."""
+    path.mkdir()
+    write(path / "settings.yaml", "recipe: esm2-demo\n")
+    return str(path)
+
+
 def run_folder(path: Path) -> str:
     """A run's output folder: the exported bionemo model.safetensors (the bundled one here), no config.json."""
     import shutil
@@ -111,6 +118,10 @@ CASES = {
     ),
     "unknown recipe": (lambda t: ["predict", "--recipe", "nope"], "unknown recipe 'nope'"),
     "recipe of another shape": (lambda t: ["predict", "--recipe", "esm2-gpu"], "recipe esm2-gpu has num_layers=12"),
+    "output dir is a training run's": (
+        lambda t: ["predict", "--output-dir", training_run(t / "run")],
+        "is a training run's folder (its settings.yaml, checkpoints and summary.json)",
+    ),
     "output dir is a file": (lambda t: ["predict", "--output-dir", write(t / "f", "x")], "is an existing file"),
     "output dir below a file": (
         lambda t: ["predict", "--output-dir", str(Path(write(t / "g", "x")) / "sub")],
