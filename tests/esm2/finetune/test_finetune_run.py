@@ -142,6 +142,34 @@ def test_regression_lora_learns_with_the_base_weights_unchanged(files):
     assert tensors["values"].shape == (len(truth), 1)
     assert tensors["embeddings"].shape == (len(truth), 64)
 
+    # trained on standardized labels, exported with the scaling folded into the head: predicting the validation set
+    # from the file gives the Spearman the run recorded for these weights
+    val = _predict(files, run, files["val"], "lora_val")
+    val_truth = [float(r["score"]) for r in read_csv(files["val"])]
+    _, val_tensors = read_predictions(val / "predictions.safetensors")
+    best = _metadata(run / "model.safetensors")["best"]
+    predicted_val = val_tensors["values"][:, 0].tolist()
+    assert math.isclose(_spearman_with_ties(predicted_val, val_truth), best["value"], abs_tol=1e-4)
+
+
+def _spearman_with_ties(x: list[float], y: list[float]) -> float:
+    """Spearman's rho with tied values given their mean rank (as torchmetrics ranks them)."""
+
+    def ranks(values: list[float]) -> torch.Tensor:
+        order = sorted(range(len(values)), key=values.__getitem__)
+        rank = [0.0] * len(values)
+        i = 0
+        while i < len(order):
+            j = i
+            while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+                j += 1
+            for k in range(i, j + 1):
+                rank[order[k]] = (i + j) / 2
+            i = j + 1
+        return torch.tensor(rank, dtype=torch.float64)
+
+    return float(torch.corrcoef(torch.stack([ranks(x), ranks(y)]))[0, 1])
+
 
 def test_token_classification_frozen_cache_gives_what_predict_gives(files):
     """The head trained on cached encoder outputs scores the validation set as prediction through the encoder does."""

@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bionemo.esm2.finetune.label_scaling import LabelScaling
 from bionemo.esm2.finetune.metrics import BEST_METRIC, METRIC_NAMES
 from bionemo.esm2.finetune.module import finetune_module, trainable_parameters
 from bionemo.esm2.finetune.spec import FINETUNE_KEY, EncoderMode, FinetuneSpec
@@ -39,14 +40,15 @@ def fit(
     pl.seed_everything(settings.seed, workers=True, verbose=False)
     max_steps = defaults.value(settings, "max_steps")
     frozen = spec.encoder is EncoderMode.FROZEN
+    scaling = LabelScaling.from_records(spec.task, data.train)  # regression: the head learns standardized labels
     if frozen:  # the head alone, on cached encoder outputs: Lightning's own strategies
         from bionemo.esm2.finetune.frozen_run import frozen_datamodule, frozen_module, lightning_settings
 
         settings = lightning_settings(settings)
-        module = frozen_module(settings, defaults, spec)
+        module = frozen_module(settings, defaults, spec, scaling)
         datamodule = frozen_datamodule(settings, defaults, spec, data, start, max_steps)
     else:
-        module = finetune_module(settings, defaults, spec, start.tensors)
+        module = finetune_module(settings, defaults, spec, start.tensors, scaling)
         datamodule = _datamodule(settings, defaults, spec, data, max_steps)
     checkpoints = out / "checkpoints"
     best = BestWeights(BEST_METRIC[spec.task], checkpoints)
@@ -67,6 +69,8 @@ def fit(
         # uses, goes on unchanged, as transformers keeps it in a fine-tuned EsmForSequenceClassification
         tensors = {name: start.tensors[name] for name in CONTACT_HEAD if name in start.tensors}
         tensors.update(full_state_dict(module.unwrapped_module()))
+    if scaling is not None:  # the exported head predicts in the labels' units itself
+        tensors = scaling.fold(tensors, spec.head.kind)
     trainable, total = trainable_parameters(module)
     if trainer.global_rank != 0:
         return []

@@ -26,6 +26,7 @@ from bionemo.core import BionemoTrainableModelConfig
 from bionemo.esm2.finetune.data import collate_flat, residue_mask
 from bionemo.esm2.finetune.head_config import HeadKind
 from bionemo.esm2.finetune.heads import build_head
+from bionemo.esm2.finetune.label_scaling import LabelScaling
 from bionemo.esm2.finetune.objectives import targets
 from bionemo.esm2.finetune.reduction import FinetuneLossReduction, task_reduction
 from bionemo.esm2.finetune.spec import FinetuneSpec
@@ -235,15 +236,20 @@ class CachedFeaturesDataModule(MegatronDataModule):
 class CachedHead(nn.Module):
     """The head alone on cached hidden states: ``forward(hidden [b, n, h], residue_mask [b, n], sample_index)``."""
 
-    def __init__(self, spec: FinetuneSpec, hidden_size: int) -> None:
+    def __init__(self, spec: FinetuneSpec, hidden_size: int, label_scaling: LabelScaling | None = None) -> None:
         super().__init__()
         self.head = build_head(spec.head, hidden_size, spec.num_outputs)
+        self.label_scaling = label_scaling
 
     def forward(
         self, hidden: torch.Tensor, residue_mask: torch.Tensor, sample_index: torch.Tensor | None = None
     ) -> torch.Tensor:
-        """The head's logits (:mod:`bionemo.esm2.finetune.heads`; ``sample_index`` keys its dropout masks)."""
-        return self.head(hidden, residue_mask, sample_index)
+        """The head's logits (:mod:`bionemo.esm2.finetune.heads`), in the labels' units with ``label_scaling``.
+
+        ``sample_index`` keys the head's dropout masks.
+        """
+        logits = self.head(hidden, residue_mask, sample_index)
+        return logits if self.label_scaling is None else self.label_scaling.apply(logits)
 
 
 @dataclass(kw_only=True)
@@ -252,10 +258,12 @@ class CachedHeadConfig(BionemoTrainableModelConfig[CachedHead, FinetuneLossReduc
 
     spec: FinetuneSpec
     hidden_size: int
+    label_scaling: LabelScaling | None = None
+    """A regression run's label scaling (:mod:`bionemo.esm2.finetune.label_scaling`), or None."""
 
     def configure_model(self, *args: Any, **kwargs: Any) -> CachedHead:
         """A freshly initialised head."""
-        return CachedHead(self.spec, self.hidden_size)
+        return CachedHead(self.spec, self.hidden_size, self.label_scaling)
 
     def get_loss_reduction_class(self) -> Any:  # a factory called as the class is
         """The task's loss reduction (:func:`~bionemo.esm2.finetune.reduction.task_reduction`)."""

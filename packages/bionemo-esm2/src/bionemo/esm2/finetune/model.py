@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from bionemo.esm2.finetune.heads import build_head
+from bionemo.esm2.finetune.label_scaling import LabelScaling
 from bionemo.esm2.finetune.reduction import task_reduction
 from bionemo.esm2.finetune.spec import EncoderMode, FinetuneSpec
 from bionemo.esm2.model.esm2 import ESM2Config, ESM2Model
@@ -28,6 +29,10 @@ class ESM2FinetuneConfig(ESM2Config):
 
     finetune: str = "{}"
     """:meth:`FinetuneSpec.to_json` as a JSON string."""
+
+    label_scaling: str = "null"
+    """Training only: :meth:`~bionemo.esm2.finetune.label_scaling.LabelScaling.to_json` of a regression run's labels
+    (the model's outputs are the head's scaled and shifted), or ``"null"``; exported models have it folded in."""
 
     @property
     def spec(self) -> FinetuneSpec:
@@ -47,6 +52,7 @@ class ESM2FinetuneConfig(ESM2Config):
             self.spec,
             pre_process=parallel_state.is_pipeline_first_stage(),
             post_process=parallel_state.is_pipeline_last_stage(),
+            label_scaling=LabelScaling.from_json(self.label_scaling),
         )
 
     def get_loss_reduction_class(self) -> Any:
@@ -66,10 +72,16 @@ class ESM2FinetuneModel(ESM2Model):
     """
 
     def __init__(
-        self, config: ESM2Config, spec: FinetuneSpec, pre_process: bool = True, post_process: bool = True
+        self,
+        config: ESM2Config,
+        spec: FinetuneSpec,
+        pre_process: bool = True,
+        post_process: bool = True,
+        label_scaling: LabelScaling | None = None,
     ) -> None:
         super().__init__(config, pre_process=pre_process, post_process=post_process, lm_head=False)
         self.spec = spec
+        self.label_scaling = label_scaling
         if spec.encoder is EncoderMode.FROZEN:
             for param in self.parameters():
                 param.requires_grad_(False)
@@ -106,4 +118,6 @@ class ESM2FinetuneModel(ESM2Model):
             assert index is not None, "unpadded needs the index that puts the tokens back"
             hidden = repad(hidden, index, *residue_mask.shape)
         logits = self.head(hidden.transpose(0, 1), residue_mask, sample_index)
+        if self.label_scaling is not None:
+            logits = self.label_scaling.apply(logits)
         return (logits, hidden) if output_hidden else logits

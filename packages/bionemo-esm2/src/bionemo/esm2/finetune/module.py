@@ -4,6 +4,7 @@ import functools
 import re
 from typing import Any
 
+from bionemo.esm2.finetune.label_scaling import LabelScaling
 from bionemo.esm2.finetune.spec import LM_HEAD_PREFIXES, FinetuneSpec
 from bionemo.esm2.recipes.model_settings import model_config
 from bionemo.recipes.choices import Precision
@@ -25,8 +26,17 @@ def is_head_parameter(name: str, _param: Any = None) -> bool:
     return _HEAD_PARAMETER.search(name) is not None
 
 
-def finetune_module(settings: RunSettings, defaults: RecipeDefaults, spec: FinetuneSpec, start_tensors: Any) -> Any:
-    """The Lightning module: the fine-tuned model (base weights, adapters), AdamW, warm-up + cosine, head lr."""
+def finetune_module(
+    settings: RunSettings,
+    defaults: RecipeDefaults,
+    spec: FinetuneSpec,
+    start_tensors: Any,
+    label_scaling: LabelScaling | None = None,
+) -> Any:
+    """The Lightning module: the fine-tuned model (base weights, adapters), AdamW, warm-up + cosine, head lr.
+
+    ``label_scaling``: a regression run's (:mod:`bionemo.esm2.finetune.label_scaling`), applied to the head's outputs.
+    """
     from megatron.core.optimizer import OptimizerConfig
 
     from bionemo.esm2.data.mlm import data_step
@@ -51,7 +61,10 @@ def finetune_module(settings: RunSettings, defaults: RecipeDefaults, spec: Finet
     head_lr = settings.head_lr or lr
     # NeMo's optimizer module calls it as it calls an LRSchedulerModule (without NeMo's base class)
     schedule: Any = WarmupCosine(max_steps=max_steps, warmup_steps=min(warmup, max_steps))
-    config = model_config(defaults.model, settings, config_class=ESM2FinetuneConfig, finetune=_spec_json(spec))
+    scaling = "null" if label_scaling is None else label_scaling.to_json()
+    config = model_config(
+        defaults.model, settings, config_class=ESM2FinetuneConfig, finetune=_spec_json(spec), label_scaling=scaling
+    )
     return BionemoLightningModule(
         config,
         forward_step=finetune_forward_step,
