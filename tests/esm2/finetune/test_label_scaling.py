@@ -63,3 +63,24 @@ def test_folding_into_the_last_layer_gives_the_scaled_outputs(kind, head):
     assert folded.keys() == state.keys()
     head.load_state_dict({name.removeprefix("head."): value for name, value in folded.items()})
     torch.testing.assert_close(head(hidden, mask), expected, rtol=1e-5, atol=1e-5)
+
+
+def test_the_loss_is_the_squared_error_of_standardized_labels():
+    from bionemo.esm2.finetune.objectives import loss_sum
+    from bionemo.esm2.finetune.reduction import FinetuneLossReduction
+    from bionemo.losses import ParallelGroups
+
+    scaling = LabelScaling((44.0, 0.0), (3.0, 0.01))
+    logits, target = torch.tensor([[47.0, 0.02], [41.0, -0.01]]), torch.tensor([[44.0, 0.0], [44.0, 0.0]])
+    expected = (((logits - target) / torch.tensor([3.0, 0.01])) ** 2).mean(dim=-1).sum()  # both columns weigh alike
+    total, count = loss_sum(Task.REGRESSION, logits, target, scale=scaling.on(logits.device)[0])
+    torch.testing.assert_close(total, expected)
+    assert int(count) == 2
+    reduction = FinetuneLossReduction(groups=ParallelGroups(), task=Task.REGRESSION, label_scaling=scaling)
+    batch = {"target": target, "target_mask": torch.ones(2, dtype=torch.bool)}
+    torch.testing.assert_close(reduction.forward(batch, logits)[0], expected)
+    unscaled = loss_sum(Task.REGRESSION, logits, target).total  # without a scaling: the labels' units
+    torch.testing.assert_close(unscaled, ((logits - target) ** 2).mean(dim=-1).sum())
+    token = loss_sum(Task.TOKEN_REGRESSION, torch.tensor([[47.0, 50.0]]), torch.tensor([[44.0, 44.0]]),
+                     torch.tensor([[True, False]]), scale=torch.tensor([3.0]))  # fmt: skip
+    torch.testing.assert_close(token.total, torch.tensor(1.0))

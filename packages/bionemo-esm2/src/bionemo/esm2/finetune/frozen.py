@@ -267,7 +267,7 @@ class CachedHeadConfig(BionemoTrainableModelConfig[CachedHead, FinetuneLossReduc
 
     def get_loss_reduction_class(self) -> Any:  # a factory called as the class is
         """The task's loss reduction (:func:`~bionemo.esm2.finetune.reduction.task_reduction`)."""
-        return task_reduction(self.spec.task)
+        return task_reduction(self.spec.task, self.label_scaling)
 
 
 def cached_forward_step(model: Any, batch: dict[str, Any]) -> dict[str, torch.Tensor]:

@@ -6,12 +6,14 @@ the squared error of the first steps is in the thousands, which full fine-tuning
 (measured on the demo model: Spearman 0.11 on a label of mean 44 and sd 3 against 0.73 on the same label
 standardized). So regression and token-regression runs train the head on standardized labels: the model's output is
 ``raw * scale + center``, with ``center`` / ``scale`` the training labels' mean and standard deviation per column
-(token-regression: over the scored residues), while the loss, the metrics and every output stay in the labels'
+(token-regression: over the scored residues). The loss divides each column's error by its ``scale`` (the squared
+error of standardized labels: every column weighs the same), while the metrics and every output stay in the labels'
 units. At export :meth:`LabelScaling.fold` folds the two into the head's last linear layer (``W * scale``,
 ``b * scale + center``), so the exported model (and its Hugging Face export) predicts in the labels' units with no
 extra step.
 """
 
+import functools
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -69,15 +71,22 @@ class LabelScaling:
             scale.append(sd if sd > 0 else 1.0)
         return cls(tuple(center), tuple(scale))
 
-    def apply(self, outputs: torch.Tensor) -> torch.Tensor:
-        """``outputs [..., k]`` * scale + center, in float32 (a bf16 output keeps its resolution near 0)."""
-        device = outputs.device
-        if device not in self._on_device:  # kept beside the module, not as buffers that a bf16 cast would round
+    def on(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(scale, center)`` as float32 ``[k]`` tensors on ``device``, copied there once.
+
+        Kept here rather than as module buffers, which a bf16 cast of the model would round; copied once, because a
+        copy from the host in every step would make the host wait for the device.
+        """
+        if device not in self._on_device:
             self._on_device[device] = (
                 torch.tensor(self.scale, dtype=torch.float32, device=device),
                 torch.tensor(self.center, dtype=torch.float32, device=device),
             )
-        scale, center = self._on_device[device]
+        return self._on_device[device]
+
+    def apply(self, outputs: torch.Tensor) -> torch.Tensor:
+        """``outputs [..., k]`` * scale + center, in float32 (a bf16 output keeps its resolution near 0)."""
+        scale, center = self.on(outputs.device)
         return torch.addcmul(center, outputs.float(), scale)
 
     def fold(self, tensors: Mapping[str, torch.Tensor], head: HeadKind) -> dict[str, torch.Tensor]:
@@ -100,6 +109,14 @@ class LabelScaling:
 
     @classmethod
     def from_json(cls, text: str) -> "LabelScaling | None":
-        """The scaling :meth:`to_json` wrote, or None for ``"null"``."""
-        data = json.loads(text)
-        return None if data is None else cls(tuple(data["center"]), tuple(data["scale"]))
+        """The scaling :meth:`to_json` wrote, or None for ``"null"``.
+
+        One object per text: the model and its loss reductions share one copy of it on the device.
+        """
+        return _from_json(text)
+
+
+@functools.cache
+def _from_json(text: str) -> LabelScaling | None:
+    data = json.loads(text)
+    return None if data is None else LabelScaling(tuple(data["center"]), tuple(data["scale"]))

@@ -60,7 +60,7 @@ class ESM2FinetuneConfig(ESM2Config):
 
         Called as the class is (``reduction(validation_step=...)``); carries the class's ``token_weighted``.
         """
-        return task_reduction(self.spec.task)
+        return task_reduction(self.spec.task, LabelScaling.from_json(self.label_scaling))
 
 
 class ESM2FinetuneModel(ESM2Model):

@@ -29,7 +29,13 @@ class LossSum(NamedTuple):
     """Number of items summed: sequences (sequence tasks) or scored residues (token tasks)."""
 
 
-def loss_sum(task: Task, logits: torch.Tensor, target: torch.Tensor, mask: torch.Tensor | None = None) -> LossSum:
+def loss_sum(
+    task: Task,
+    logits: torch.Tensor,
+    target: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    scale: torch.Tensor | None = None,
+) -> LossSum:
     """The task's loss summed over the items ``mask`` keeps, and their count.
 
     Args:
@@ -41,6 +47,9 @@ def loss_sum(task: Task, logits: torch.Tensor, target: torch.Tensor, mask: torch
             ``mask`` is False are ignored (any value, even an invalid class index or NaN).
         mask: Which items count: ``[b]`` (sequence tasks) or ``[...]`` (token tasks, True on scored residues);
             None counts everything (token tasks need a mask: their logits cover ``<cls>`` and padding too).
+        scale: Regression tasks: each column's label spread ``[k]`` on the logits' device
+            (:meth:`bionemo.esm2.finetune.label_scaling.LabelScaling.on`); errors are divided by it, so the squared
+            error is the standardized one and every column weighs the same. None: 1.
 
     Per item: classification cross-entropy; multilabel binary cross-entropy with logits, averaged over the
     labels; regression squared error averaged over the columns; token-classification cross-entropy and
@@ -65,6 +74,9 @@ def loss_sum(task: Task, logits: torch.Tensor, target: torch.Tensor, mask: torch
         items = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), classes, reduction="sum", ignore_index=-100)
     else:
         values = torch.where(_trailing_ones(mask, target), target.float(), 0.0)
+        if scale is not None and task in (Task.REGRESSION, Task.TOKEN_REGRESSION):
+            spread = scale if task is Task.REGRESSION else scale.reshape(())
+            logits, values = logits / spread, values / spread
         if task is Task.MULTILABEL:
             per_item = F.binary_cross_entropy_with_logits(logits, values, reduction="none").mean(dim=-1)
         elif task is Task.REGRESSION:

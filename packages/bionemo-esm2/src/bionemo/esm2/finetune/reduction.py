@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from bionemo.esm2.finetune.label_scaling import LabelScaling
 from bionemo.esm2.finetune.objectives import loss_sum
 from bionemo.esm2.finetune.tasks import Task
 from bionemo.losses import LOSS_SUM_KEY, MaskedTokenLossReduction, ParallelGroups
@@ -27,9 +28,17 @@ class FinetuneLossReduction(MaskedTokenLossReduction):
     (``token_weighted``) as Lightning's strategies do. Validation outputs also carry :data:`OUTPUT_KEYS`.
     """
 
-    def __init__(self, validation_step: bool = False, groups: ParallelGroups | None = None, *, task: Task) -> None:
+    def __init__(
+        self,
+        validation_step: bool = False,
+        groups: ParallelGroups | None = None,
+        *,
+        task: Task,
+        label_scaling: LabelScaling | None = None,
+    ) -> None:
         super().__init__(validation_step=validation_step, groups=groups)
         self.task = Task(task)
+        self.label_scaling = label_scaling
 
     def forward(  # type: ignore[override]
         self, batch: Mapping[str, torch.Tensor], forward_out: torch.Tensor | Mapping[str, torch.Tensor]
@@ -39,7 +48,8 @@ class FinetuneLossReduction(MaskedTokenLossReduction):
         for key in ("target", "target_mask"):
             if key not in batch:
                 raise KeyError(f"FinetuneLossReduction needs batch[{key!r}]; the batch has {sorted(batch)}")
-        total, count = loss_sum(self.task, logits, batch["target"], batch["target_mask"])
+        scale = None if self.label_scaling is None else self.label_scaling.on(logits.device)[0]
+        total, count = loss_sum(self.task, logits, batch["target"], batch["target_mask"], scale)
         reduced: dict[str, Any] = {LOSS_SUM_KEY: torch.stack([total.detach(), count.float()])}
         if self.validation_step:
             total = total.detach()
@@ -47,13 +57,13 @@ class FinetuneLossReduction(MaskedTokenLossReduction):
         return total, count.to(torch.int), reduced
 
 
-def task_reduction(task: Task) -> Callable[..., FinetuneLossReduction]:
+def task_reduction(task: Task, label_scaling: LabelScaling | None = None) -> Callable[..., FinetuneLossReduction]:
     """:class:`FinetuneLossReduction` bound to ``task``, called as the class is (``get_loss_reduction_class``).
 
     The factory carries the class's ``token_weighted``: NeMo's ``MegatronStrategy`` reads it there, before any
     reduction exists, to set megatron's ``calculate_per_token_loss`` (without it megatron back-propagates the mean
     of per-micro-batch means, not the item-weighted mean the reduction reports).
     """
-    bound = functools.partial(FinetuneLossReduction, task=Task(task))
+    bound = functools.partial(FinetuneLossReduction, task=Task(task), label_scaling=label_scaling)
     bound.token_weighted = FinetuneLossReduction.token_weighted  # type: ignore[attr-defined]
     return bound
