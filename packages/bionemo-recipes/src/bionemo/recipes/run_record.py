@@ -15,7 +15,7 @@ silently continue a run that trained on something else. So every run records wha
 - ``--no-resume``: the folder's earlier checkpoints (of any run) are removed when the run starts
   (:func:`clear_checkpoints`), so that no later rerun resumes from them.
 
-Checkpoints without ``run.json`` (written before it existed) are resumed as before. Standard library only: the
+Checkpoints without ``run.json`` (written before it existed) are resumed as before. No torch or Lightning: the
 check runs with the other input checks, before torch is imported.
 """
 
