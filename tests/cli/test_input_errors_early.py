@@ -56,6 +56,13 @@ def empty_dir(path: Path) -> str:
     return str(path)
 
 
+def prediction_folder(path: Path) -> str:
+    """A folder as `run predict` leaves it: predictions.safetensors (any bytes: only its name is looked at)."""
+    path.mkdir()
+    write(path / "predictions.safetensors", "x")
+    return str(path)
+
+
 def training_run(path: Path) -> str:
     """A folder as `run train` leaves it once started: its settings.yaml (and later checkpoints, summary.json)."""
     path.mkdir()
@@ -138,6 +145,10 @@ CASES = {
     "devices % TP x PP x CP": (
         lambda t: ["train", "--devices", "3", "--tensor-parallel", "2"],
         "--devices x --num-nodes = 3 is not divisible",
+    ),
+    "train: output dir holds predictions": (
+        lambda t: ["train", "--output-dir", prediction_folder(t / "predicted")],
+        "holds `run predict`'s outputs (predictions.safetensors, summary.json)",
     ),
     "train: missing data": (lambda t: ["train", "--data", str(t / "no.fasta")], "does not exist"),
     "train: one sequence": (lambda t: ["train", "--data", write(t / "o.fasta", ">a\nMKV\n")], "at least 2"),

@@ -10,6 +10,7 @@ from bionemo.recipes.run_record import (
     check_resumable,
     clear_checkpoints,
     records_digest,
+    refuse_prediction_folder,
     run_identity,
     start_run_record,
     whole_checkpoint,
@@ -114,3 +115,11 @@ def test_no_resume_removes_every_earlier_checkpoint_and_records_the_new_run(tmp_
     assert "removed the earlier checkpoints in" in capsys.readouterr().err
     assert whole_checkpoint(checkpoints, megatron=True) is None
     assert clear_checkpoints(tmp_path / "missing") == []
+
+
+def test_a_prediction_folder_is_not_a_training_run_folder(tmp_path):
+    refuse_prediction_folder(tmp_path / "new")  # nothing there: fine
+    (tmp_path / "shards").mkdir()  # an interrupted prediction
+    with pytest.raises(SettingsError, match="holds `run predict`'s outputs") as refused:
+        refuse_prediction_folder(tmp_path)
+    assert refused.value.option == "--output-dir"

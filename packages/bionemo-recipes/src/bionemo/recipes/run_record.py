@@ -35,6 +35,7 @@ __all__ = [
     "check_resumable",
     "clear_checkpoints",
     "records_digest",
+    "refuse_prediction_folder",
     "run_identity",
     "start_run_record",
     "whole_checkpoint",
@@ -80,6 +81,20 @@ def records_digest(records: Iterable[Sequence[Any]]) -> dict[str, Any]:
         digest.update("\x1f".join(map(repr, record)).encode() + b"\x1e")
         count += 1
     return {"records": count, "sha256": digest.hexdigest()[:16]}
+
+
+def refuse_prediction_folder(out: Path) -> None:
+    """Refuse a training run's ``--output-dir`` that holds ``run predict``'s outputs (its summary.json would go).
+
+    Raises:
+        SettingsError: ``out`` holds ``predictions.safetensors`` or an interrupted prediction's ``shards/``.
+    """
+    if (out / "predictions.safetensors").is_file() or (out / "shards").is_dir():
+        raise SettingsError(
+            f"--output-dir {out} holds `run predict`'s outputs (predictions.safetensors, summary.json); a training "
+            f"run there would replace its summary.json: give another --output-dir, e.g. {out / 'run'}",
+            "--output-dir",
+        )
 
 
 def whole_checkpoint(checkpoints: Path, *, megatron: bool) -> Path | None:

@@ -129,7 +129,7 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     (:func:`finetune_defaults`) and takes the model's shape from the base checkpoint.
     """
     from bionemo.recipes.resolved import resolved_training_settings, save_settings, training_plan
-    from bionemo.recipes.run_record import check_resumable, run_identity, start_run_record
+    from bionemo.recipes.run_record import check_resumable, refuse_prediction_folder, run_identity, start_run_record
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank, uses_megatron
 
     try:
@@ -176,6 +176,7 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     if spec.lora is not None and uses_megatron(settings):
         run_defaults = replace(run_defaults, model=lora_recompute(run_defaults.model))
     check_output_dir(out, create=False)
+    refuse_prediction_folder(out)
     identity = run_identity(settings, {"model": model, "data": _data_identity(data), "finetune": spec.to_json()})
     megatron = spec.encoder is not EncoderMode.FROZEN and uses_megatron(settings)  # frozen: Lightning's strategies
     resume_from = check_resumable(settings, out / "checkpoints", identity, megatron=megatron)

@@ -37,7 +37,13 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     from bionemo.esm2.data.demo import demo_families, write_fasta
     from bionemo.esm2.data.readers import InputError, read_sequences
     from bionemo.recipes.resolved import resolved_training_settings, save_settings, training_plan
-    from bionemo.recipes.run_record import check_resumable, records_digest, run_identity, start_run_record
+    from bionemo.recipes.run_record import (
+        check_resumable,
+        records_digest,
+        refuse_prediction_folder,
+        run_identity,
+        start_run_record,
+    )
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank, uses_megatron
 
     # every check that needs no tensor comes first and imports nothing heavy: bad input is refused at once
@@ -80,6 +86,7 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
         settings, model["seq_length"], {"training": _lengths(train_records), "validation": _lengths(val)}
     )
     check_output_dir(out, create=False)
+    refuse_prediction_folder(out)
     data_identity = {
         part: records_digest((r.id, r.sequence) for r in rs) for part, rs in (("train", train_records), ("val", val))
     }
