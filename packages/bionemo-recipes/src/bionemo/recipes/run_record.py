@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from bionemo.core.atomic_files import replaced_atomically
+from bionemo.recipes.resolved import SETTINGS_FILE
 from bionemo.recipes.settings import RunSettings, SettingsError
 
 __all__ = [
@@ -36,7 +37,9 @@ __all__ = [
     "clear_checkpoints",
     "records_digest",
     "refuse_prediction_folder",
+    "refuse_training_folder",
     "run_identity",
+    "split_digests",
     "start_run_record",
     "whole_checkpoint",
 ]
@@ -81,6 +84,28 @@ def records_digest(records: Iterable[Sequence[Any]]) -> dict[str, Any]:
         digest.update("\x1f".join(map(repr, record)).encode() + b"\x1e")
         count += 1
     return {"records": count, "sha256": digest.hexdigest()[:16]}
+
+
+def split_digests(train: Iterable[Sequence[Any]], val: Iterable[Sequence[Any]]) -> dict[str, Any]:
+    """``{"train": ..., "val": ...}``: :func:`records_digest` of a run's training and validation records."""
+    return {"train": records_digest(train), "val": records_digest(val)}
+
+
+def refuse_training_folder(out: Path) -> None:
+    """Refuse ``run predict``'s ``--output-dir`` where a training run writes (its summary.json would go).
+
+    A training run's folder holds ``settings.yaml`` (written when it starts) or ``checkpoints/``.
+
+    Raises:
+        SettingsError: ``out`` is such a folder.
+    """
+    if (out / SETTINGS_FILE).is_file() or (out / "checkpoints").is_dir():
+        raise SettingsError(
+            f"--output-dir {out} is a training run's folder (its settings.yaml, checkpoints and summary.json); "
+            f"predictions there would replace the run's summary.json: give another --output-dir, e.g. "
+            f"{out / 'predictions'}",
+            "--output-dir",
+        )
 
 
 def refuse_prediction_folder(out: Path) -> None:

@@ -8,7 +8,7 @@ self-describing ``model.safetensors`` (:mod:`bionemo.esm2.finetune.spec`).
 """
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -281,12 +281,12 @@ def lora_recompute(model: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def _data_identity(data: LabelledData) -> dict[str, Any]:
     """The training and validation records' digests (ids, sequences, labels, masks), for the run's identity."""
-    from bionemo.recipes.run_record import records_digest
+    from bionemo.recipes.run_record import split_digests
 
-    return {
-        part: records_digest((r.id, r.sequence, r.labels, r.mask) for r in records)
-        for part, records in (("train", data.train), ("val", data.val))
-    }
+    def rows(records: list[LabelledRecord]) -> Iterator[tuple[Any, ...]]:
+        return ((r.id, r.sequence, r.labels, r.mask) for r in records)
+
+    return split_digests(rows(data.train), rows(data.val))
 
 
 def _model_overrides(settings: RunSettings, base: dict[str, Any]) -> dict[str, Any]:

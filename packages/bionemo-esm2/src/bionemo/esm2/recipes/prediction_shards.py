@@ -74,8 +74,8 @@ def remaining(count: int, done: set[int]) -> Sequence[int]:
 def check_previous_outputs(out: Path, stamp: str, *, overwrite: bool) -> str | None:
     """Refuse to replace another run's predictions in ``out``; what ``--overwrite`` replaces, or None.
 
-    A training run's folder (``settings.yaml`` or ``checkpoints/``, which ``run train`` / ``run finetune`` write) is
-    refused whatever ``overwrite`` says: predictions would replace the run's ``summary.json``.
+    A training run's folder is refused whatever ``overwrite`` says
+    (:func:`bionemo.recipes.run_record.refuse_training_folder`): predictions would replace the run's ``summary.json``.
 
     ``out`` may hold this run's own outputs (the same fingerprint ``stamp``: an interrupted run's shards to
     resume, or a finished file that a rerun writes again, identically) or none. Anything else, a finished
@@ -87,15 +87,10 @@ def check_previous_outputs(out: Path, stamp: str, *, overwrite: bool) -> str | N
             folder.
     """
     from bionemo.core.safetensors_header import SafetensorsHeaderError, read_safetensors_header
+    from bionemo.recipes.run_record import refuse_training_folder
     from bionemo.recipes.settings import SettingsError
 
-    if (out / "settings.yaml").is_file() or (out / "checkpoints").is_dir():
-        raise SettingsError(
-            f"--output-dir {out} is a training run's folder (its settings.yaml, checkpoints and summary.json); "
-            f"predictions there would replace the run's summary.json: give another --output-dir, e.g. "
-            f"{out / 'predictions'}",
-            "--output-dir",
-        )
+    refuse_training_folder(out)
     found = []
     shards = out / "shards"
     if any(shards.glob("predictions_rank*.safetensors")) and _recorded(shards / STAMP) != stamp:

@@ -39,9 +39,9 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     from bionemo.recipes.resolved import resolved_training_settings, save_settings, training_plan
     from bionemo.recipes.run_record import (
         check_resumable,
-        records_digest,
         refuse_prediction_folder,
         run_identity,
+        split_digests,
         start_run_record,
     )
     from bionemo.recipes.trainers import accelerator, check_hardware, check_output_dir, is_launching_rank, uses_megatron
@@ -87,9 +87,7 @@ def train(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) -> Su
     )
     check_output_dir(out, create=False)
     refuse_prediction_folder(out)
-    data_identity = {
-        part: records_digest((r.id, r.sequence) for r in rs) for part, rs in (("train", train_records), ("val", val))
-    }
+    data_identity = split_digests(((r.id, r.sequence) for r in train_records), ((r.id, r.sequence) for r in val))
     identity = run_identity(settings, {"model": model, "data": data_identity})
     resume_from = check_resumable(settings, out / "checkpoints", identity, megatron=uses_megatron(settings))
     start = None if header is None else checked_checkpoint(header.path)  # the tensors: NaN/Inf
@@ -129,10 +127,12 @@ def _fit(
     """Train (from ``resume_from``, the run's own newest checkpoint, if any); export; the summary rows."""
     import lightning.pytorch as pl
 
+    from bionemo.callbacks import PerplexityLoggingCallback
     from bionemo.esm2.checkpoints.weights import full_state_dict
     from bionemo.esm2.data.readers import lowercase_note
     from bionemo.recipes.step_timer import StepTimer
     from bionemo.recipes.trainers import is_launching_rank, uses_megatron
+    from bionemo.recipes.training_run import training_trainer
 
     pl.seed_everything(settings.seed, workers=True, verbose=False)
     train_records, val = split
@@ -142,7 +142,15 @@ def _fit(
     data = training_data(settings, defaults, train_records, val, max_steps, steps)
     interval = min(defaults.value(settings, "val_check_interval"), max_steps)
     timer = StepTimer(pause_every=interval)
-    trainer = _trainer(settings, out, out / "checkpoints", max_steps, interval, resume_from, timer)
+    trainer = training_trainer(
+        settings,
+        out=out,
+        checkpoints=out / "checkpoints",
+        max_steps=max_steps,
+        interval=interval,
+        resume_from=resume_from,
+        callbacks=[PerplexityLoggingCallback(log_train=True, log_val=True), timer],
+    )
     baseline_file = out / "untrained_baseline.json"
     if resume_from is None and not megatron:
         # the starting model's validation perplexity: the baseline the trained model is compared with
@@ -257,6 +265,7 @@ def _add_speed(
     from bionemo.esm2.recipes.train_speed import speed_rows, training_speed
     from bionemo.esm2.tokenizer import ProteinTokenizer
 
+    precision = (settings.precision or Precision.FP32).value
     device = trainer.strategy.root_device
     device_name = torch.cuda.get_device_name(device) if device.type == "cuda" else None
     items_per_step = defaults.value(settings, "global_batch_size") if steps is None else steps.parts
@@ -268,7 +277,7 @@ def _add_speed(
         ProteinTokenizer().vocab_size,
         devices=trainer.world_size,
         device_name=device_name,
-        precision=(settings.precision or Precision.FP32).value,
+        precision=precision,
     )
     earlier = _earlier_summary(out)
     if not speed["timed_steps"]:  # a rerun of a finished run trains nothing: keep what the run measured
@@ -281,7 +290,7 @@ def _add_speed(
         "steps": trainer.global_step,
         "sequences_train": len(split[0]),
         "sequences_val": len(split[1]),
-        "precision": (settings.precision or Precision.FP32).value,
+        "precision": precision,
         "final_train_loss": finite(_logged(trainer, "reduced_train_loss")) or earlier.get("final_train_loss"),
         "val_ppl": exported.get("val_ppl"),
         "untrained_val_ppl": exported.get("untrained_val_ppl"),
@@ -303,30 +312,6 @@ def _earlier_summary(out: Path) -> dict[str, Any]:
 def _logged(trainer: Any, key: str) -> float | None:
     value = trainer.callback_metrics.get(key)
     return None if value is None else float(value)
-
-
-def _trainer(
-    settings: RunSettings,
-    out: Path,
-    checkpoints: Path,
-    max_steps: int,
-    interval: int,
-    resume_from: str | None,
-    timer: Any,
-) -> Any:
-    """The trainer with perplexity logging, ``timer`` and what every training run has (:func:`training_trainer`)."""
-    from bionemo.callbacks import PerplexityLoggingCallback
-    from bionemo.recipes.training_run import training_trainer
-
-    return training_trainer(
-        settings,
-        out=out,
-        checkpoints=checkpoints,
-        max_steps=max_steps,
-        interval=interval,
-        resume_from=resume_from,
-        callbacks=[PerplexityLoggingCallback(log_train=True, log_val=True), timer],
-    )
 
 
 def _export(
