@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from lightning.fabric.utilities.warnings import PossibleUserWarning
 
-from bionemo.cli._quiet import quiet_libraries
 from bionemo.core.import_notes import SHOW_IMPORT_NOTES
+from bionemo.core.library_chatter import quiet_libraries
 from bionemo.esm2.data.readers import read_sequences
 from bionemo.esm2.recipes import BUNDLED_SEQUENCES
 

@@ -4,13 +4,16 @@ The base is a tiny random Hugging Face ESM-2 built here; the task (tests/support
 residue identity. The model trained in memory is compared with ``bionemo run predict`` on the same file.
 """
 
+import logging
 import math
 import tempfile
+import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
+from bionemo.core.megatron_env import prepare_megatron_import
 from bionemo.esm2.data.readers import InputError
 from bionemo.esm2.finetune.api import FinetunedModel, _write_labelled, finetune
 from bionemo.esm2.finetune.tasks import Task, read_labelled_csv
@@ -195,3 +198,29 @@ def test_output_dir_resumes_its_own_run_and_refuses_another(base, tmp_path):
     with pytest.raises(SettingsError, match=r"holds the checkpoints of another run .* data\.train\.sha256"):
         finetune(base, sequences, flipped, max_steps=3, **common)
     assert finetune(base, sequences, flipped, max_steps=3, resume=False, **common).metrics["steps"] == 3
+
+
+def _process_state() -> tuple:
+    names = ("megatron", "lightning.pytorch.utilities.rank_zero", "lightning.fabric.utilities.rank_zero")
+    return (
+        list(warnings.filters), warnings.showwarning, [logging.getLogger(name).level for name in names],
+        list(logging.getLogger("nemo_logger").filters),
+    )  # fmt: skip
+
+
+def test_the_libraries_chatter_is_hidden_during_a_call_and_verbose_shows_it(base, capfd):
+    train = rows(32, seed=4)
+    prepare_megatron_import()  # what every bionemo package does first: megatron's import notes hidden for good
+    before = _process_state()
+    model = finetune(base, [r["sequence"] for r in train], [r["kind"] for r in train], task="classification",
+                     max_steps=2, val_check_interval=1, accelerator="cpu")  # fmt: skip
+    model.predict([r["sequence"] for r in train[:4]], accelerator="cpu")
+    quiet = capfd.readouterr()
+    assert _process_state() == before  # the caller's warning filters and loggers, as they were
+    for line in ("GPU available", "sync_dist", "Trainer(", "NeMo W"):
+        assert line not in quiet.out + quiet.err
+
+    model.predict([r["sequence"] for r in train[:4]], accelerator="cpu", verbose=True)
+    loud = capfd.readouterr()
+    assert "GPU available" in loud.out + loud.err
+    assert _process_state() == before

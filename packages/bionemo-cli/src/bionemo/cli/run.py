@@ -50,7 +50,7 @@ def _training_overrides(options: dict[str, Any]) -> dict[str, Any]:
 def _run(
     command: str, file: Path | None, overrides: dict[str, Any], verbose: bool = False, ctx: typer.Context | None = None
 ) -> None:
-    from bionemo.cli._quiet import quiet_libraries
+    from bionemo.core.library_chatter import quiet_libraries
     from bionemo.core.megatron_env import prepare_megatron_import
 
     quiet_libraries(verbose)  # before torch, megatron and friends are imported: some warn while importing

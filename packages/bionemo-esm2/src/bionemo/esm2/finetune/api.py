@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bionemo.core.library_chatter import libraries_quieted
 from bionemo.esm2.finetune.spec import FinetuneSpec
 from bionemo.esm2.finetune.tasks import Task
 from bionemo.recipes.choices import Accelerator, Precision
@@ -125,6 +126,7 @@ class FinetunedModel:
         accelerator: Accelerator | str = Accelerator.AUTO,
         devices: int = 1,
         precision: Precision | str | None = None,
+        verbose: bool = False,
     ) -> Predictions:
         """Predict ``sequences`` as ``bionemo run predict --checkpoint <path>`` does, in this process.
 
@@ -138,14 +140,17 @@ class FinetunedModel:
             accelerator: ``auto``, ``cpu`` or ``gpu``.
             devices: Devices to predict on.
             precision: ``32``, ``bf16-mixed``, ...; default: the CLI's (bf16 on GPUs, fp32 on the CPU).
+            verbose: Let the libraries' warnings and log lines through (``--verbose``); by default they are hidden
+                as ``bionemo run`` hides them, during the call only.
 
         Raises:
             SettingsError: What ``bionemo run predict`` refuses (messages name ``sequences[i]``).
             TypeError: ``sequences`` is a string or holds something other than strings and pairs.
         """
-        _prepare_imports()
-        from bionemo.esm2.recipes import demo
-        from bionemo.esm2.recipes.predict import predict
+        with libraries_quieted(verbose):
+            _prepare_imports()
+            from bionemo.esm2.recipes import demo
+            from bionemo.esm2.recipes.predict import predict
 
         options: dict[str, Any] = {
             "checkpoint": self.path,
@@ -163,7 +168,7 @@ class FinetunedModel:
             data = _write_rows(root / "sequences.csv", ["id", "sequence"], _pairs(sequences, "sequences"))
             out = root / "predictions"
             settings = _settings({**options, "data": data, "output_dir": out})
-            with _named_inputs({data: "sequences"}):
+            with _named_inputs({data: "sequences"}), libraries_quieted(verbose):
                 predict(settings, defaults=demo().defaults, recipe=_RECIPE)
             return _read_predictions(out, self.spec)
 
@@ -201,6 +206,7 @@ def finetune(
     devices: int = 1,
     precision: Precision | str | None = None,
     seed: int = 0,
+    verbose: bool = False,
 ) -> FinetunedModel:
     """Fine-tune the pretrained ``checkpoint`` on labelled sequences: ``bionemo run finetune`` in this process.
 
@@ -244,6 +250,9 @@ def finetune(
             launcher starts once per device).
         precision: ``32``, ``bf16-mixed``, ...; default bf16 on GPUs, fp32 on the CPU.
         seed: Seeds the validation split, the data order and the head's initialisation.
+        verbose: Let the libraries' warnings and log lines through (``--verbose``); by default the ones
+            ``bionemo run`` hides are hidden during the call, and the process's warning filters and loggers are
+            as they were afterwards.
 
     Returns:
         The exported model (the best validation's weights) with its spec and metrics.
@@ -256,11 +265,12 @@ def finetune(
             sequences; several processes without ``output_dir``.
         TypeError: ``sequences`` is a string or holds something other than strings and pairs.
     """
-    _prepare_imports()
-    from bionemo.esm2.finetune.options import finetune_options
-    from bionemo.esm2.finetune.tasks import OptionError
-    from bionemo.esm2.finetune.train import finetune as run_finetune
-    from bionemo.esm2.recipes import demo
+    with libraries_quieted(verbose):  # some libraries warn while they are imported
+        _prepare_imports()
+        from bionemo.esm2.finetune.options import finetune_options
+        from bionemo.esm2.finetune.tasks import OptionError
+        from bionemo.esm2.finetune.train import finetune as run_finetune
+        from bionemo.esm2.recipes import demo
 
     if (val_labels is None) != (val_sequences is None) or (val_masks is not None and val_sequences is None):
         raise ValueError("val_sequences and val_labels (and val_masks) come together; give both or neither")
@@ -309,7 +319,7 @@ def finetune(
                 _write_labelled(
                     val, options.task, options.label_columns, val_sequences, val_labels, val_masks, "val_sequences"
                 )
-            with _named_inputs({data: "sequences", val: "val_sequences"}):
+            with _named_inputs({data: "sequences", val: "val_sequences"}), libraries_quieted(verbose):
                 run_finetune(settings, defaults=demo().defaults, recipe=_RECIPE)
         model = FinetunedModel.load(out / "model.safetensors")
     except BaseException:

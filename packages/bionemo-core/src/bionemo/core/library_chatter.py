@@ -1,19 +1,26 @@
-"""Keep the libraries' chatter off the terminal of ``bionemo run``; ``--verbose`` lets it through.
+"""Keep the libraries' chatter off the terminal of ``bionemo run`` and of the Python API's runs.
 
 The notes megatron-core, NeMo and torch print while they are imported are hidden wherever bionemo is imported,
-by :mod:`bionemo.core.import_notes` (the one list of them); this module adds what only the command hides:
+by :mod:`bionemo.core.import_notes` (the one list of them); this module adds what only a run hides:
 Lightning's informational lines, hints addressed to the authors of the model code, deprecation notices raised
 inside the libraries, and megatron-core's and OneLogger's log lines below errors. Errors, bionemo's own messages
 and any other warning still reach stderr.
+
+:func:`quiet_libraries` silences them for the rest of the process (``bionemo run``; ``--verbose`` lets them
+through); :func:`libraries_quieted` for a ``with`` block only, then puts every filter and logger level back (the
+Python API: :func:`bionemo.esm2.finetune.api.finetune` leaves the caller's process as it found it). Standard
+library only.
 """
 
 import logging
 import os
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 from bionemo.core.import_notes import SHOW_IMPORT_NOTES, quiet_import_notes
 
-__all__ = ["quiet_libraries"]
+__all__ = ["libraries_quieted", "quiet_libraries"]
 
 # Regexes matched against the start of warnings the CLI user cannot act on. They are filtered under the
 # category ``Warning``, not ``UserWarning``: NeMo's warning hook drops *every* warning of a category that has
@@ -85,3 +92,31 @@ def quiet_libraries(verbose: bool = False) -> None:
     nemo_logger = logging.getLogger("nemo_logger")
     if _drop_info not in nemo_logger.filters:
         nemo_logger.addFilter(_drop_info)
+
+
+@contextmanager
+def libraries_quieted(verbose: bool = False) -> Iterator[None]:
+    """:func:`quiet_libraries` inside the ``with`` block only.
+
+    At exit the warning filters and ``warnings.showwarning`` (NeMo replaces it when first imported), the levels of
+    the loggers :func:`quiet_libraries` sets and the NeMo logger's filters are as they were at entry. Not thread-safe
+    (``warnings.catch_warnings`` is not).
+
+    Args:
+        verbose: Change nothing: every library line shows (the environment is left alone too).
+    """
+    if verbose:
+        yield
+        return
+    loggers = [logging.getLogger(name) for name in (*_ERRORS_ONLY, *_WARNINGS_AND_UP)]
+    levels = [logger.level for logger in loggers]
+    nemo_logger = logging.getLogger("nemo_logger")
+    nemo_filters = list(nemo_logger.filters)
+    with warnings.catch_warnings():
+        try:
+            quiet_libraries()
+            yield
+        finally:
+            for logger, level in zip(loggers, levels, strict=True):
+                logger.setLevel(level)
+            nemo_logger.filters[:] = nemo_filters
