@@ -24,6 +24,7 @@ from bionemo.cli.shared_options import (
     training_options,
     with_options,
 )
+from bionemo.esm2.finetune.class_weights import ClassWeighting
 from bionemo.esm2.finetune.head_config import HeadChoice  # the standard library only: --help stays fast
 from bionemo.esm2.finetune.spec import LORA_TARGETS, EncoderMode
 from bionemo.esm2.finetune.tasks import Task
@@ -321,6 +322,13 @@ def predict(**options: Any) -> None:
     ),
     option(float | None, "--head-lr", min=0.0, help="The head's learning rate. Default: --lr."),
     option(int | None, "--warmup-steps", min=0, help="Linear warm-up steps. Default: 10% of --max-steps."),
+    option(
+        ClassWeighting | None,
+        "--class-weights",
+        help="balanced: each class weighs n / (classes x its count) in the loss, for imbalanced classes "
+        "(classification, token-classification). Default: none.",
+        case_sensitive=False,
+    ),
     option(int | None, "--patience", min=1, help="Stop after this many validations without a better metric."),
     RECIPE,
     CONFIG,
@@ -347,7 +355,7 @@ def predict(**options: Any) -> None:
 def finetune(ctx: typer.Context, **options: Any) -> None:
     """Fine-tune a pretrained ESM-2 (--checkpoint) on labelled sequences; writes a self-describing model.safetensors."""
     overrides = _training_overrides(options)
-    for key in ("task", "head", "encoder"):
+    for key in ("task", "head", "encoder", "class_weights"):
         if overrides[key] is not None:
             overrides[key] = overrides[key].value
     _run("finetune", options["config"], overrides, options["verbose"], ctx)

@@ -31,6 +31,7 @@ _FINETUNE_ONLY = (
     "lora_targets",
     "head_lr",
     "warmup_steps",
+    "class_weights",
     "patience",
 )
 _TRAIN_ONLY = (

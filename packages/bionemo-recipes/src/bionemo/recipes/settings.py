@@ -82,6 +82,8 @@ class RunSettings(BaseModel):
     """The head's learning rate (default: ``lr``)."""
     warmup_steps: int | None = Field(None, ge=0)
     """Steps of linear warm-up before the cosine decay (default: 10% of ``max_steps``)."""
+    class_weights: str | None = None
+    """Loss weights per class (classification tasks): ``none`` or ``balanced`` (default: none)."""
     patience: int | None = Field(None, ge=1)
     """Stop after this many validations without a better validation metric (default: never stop early)."""
     global_batch_tokens: int | None = Field(None, ge=1)

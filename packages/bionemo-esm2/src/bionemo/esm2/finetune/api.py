@@ -197,6 +197,7 @@ def finetune(
     head_lr: float | None = None,
     warmup_steps: int | None = None,
     patience: int | None = None,
+    class_weights: str | None = None,
     micro_batch_size: int | None = None,
     global_batch_size: int | None = None,
     truncate: bool = False,
@@ -237,6 +238,8 @@ def finetune(
         head_lr: The head's learning rate; default ``lr``.
         warmup_steps: Linear warm-up steps; default 10% of ``max_steps``.
         patience: Stop after this many validations without improvement; default never.
+        class_weights: ``"balanced"``: each class weighs ``n / (classes * its count)`` in the loss (classification,
+            token-classification); default none.
         micro_batch_size: Sequences per micro-batch; default 16.
         global_batch_size: Sequences per optimizer step; default 16.
         truncate: Cut sequences (and per-residue labels) longer than the model's context instead of refusing them.
@@ -294,6 +297,7 @@ def finetune(
         "head_lr": head_lr,
         "warmup_steps": warmup_steps,
         "patience": patience,
+        "class_weights": class_weights,
         "micro_batch_size": micro_batch_size,
         "global_batch_size": global_batch_size,
         "truncate": truncate,

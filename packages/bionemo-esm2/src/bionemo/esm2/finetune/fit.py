@@ -5,6 +5,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from bionemo.esm2.finetune.class_weights import ClassWeights
 from bionemo.esm2.finetune.label_scaling import LabelScaling
 from bionemo.esm2.finetune.metrics import BEST_METRIC, METRIC_NAMES
 from bionemo.esm2.finetune.module import finetune_module, trainable_parameters
@@ -26,8 +27,12 @@ def fit(
     out: Path,
     start: Any,
     resume_from: str | None,
+    class_weights: ClassWeights | None = None,
 ) -> SummaryRows:
-    """Train (from ``resume_from``, the run's own newest checkpoint, if any); export; the summary rows (rank 0)."""
+    """Train (from ``resume_from``, the run's own newest checkpoint, if any); export; the summary rows (rank 0).
+
+    ``class_weights``: the loss weights per class of a ``--class-weights`` run.
+    """
     import lightning.pytorch as pl
 
     from bionemo.esm2.checkpoints.weights import full_state_dict
@@ -45,10 +50,10 @@ def fit(
         from bionemo.esm2.finetune.frozen_run import frozen_datamodule, frozen_module, lightning_settings
 
         settings = lightning_settings(settings)
-        module = frozen_module(settings, defaults, spec, scaling)
+        module = frozen_module(settings, defaults, spec, scaling, class_weights)
         datamodule = frozen_datamodule(settings, defaults, spec, data, start, max_steps)
     else:
-        module = finetune_module(settings, defaults, spec, start.tensors, scaling)
+        module = finetune_module(settings, defaults, spec, start.tensors, scaling, class_weights)
         datamodule = _datamodule(settings, defaults, spec, data, max_steps)
     checkpoints = out / "checkpoints"
     best = BestWeights(BEST_METRIC[spec.task], checkpoints)
@@ -95,9 +100,15 @@ def fit(
         "best": {"metric": best.metric.key, "value": finite(best.best), "step": best.best_step},
         "final_metrics": _final_metrics(trainer, spec),
         "encode_seconds": seconds,
+        "class_weights": None
+        if class_weights is None
+        else dict(zip(spec.labels.classes, class_weights.weights, strict=True)),
         **speed,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
+    if class_weights is not None:
+        at = next(i for i, (name, _) in enumerate(rows) if name == "task") + 1
+        rows.insert(at, ("class weights (loss)", f"balanced: {class_weights.label(spec.labels.classes)}"))
     at = next(i for i, (name, _) in enumerate(rows) if name == "weights")
     rows[at:at] = _speed_rows(speed)
     rows.append(("summary", out / "summary.json"))

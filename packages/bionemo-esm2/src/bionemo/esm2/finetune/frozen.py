@@ -23,6 +23,7 @@ from torch import nn
 from torch.utils.data import Dataset
 
 from bionemo.core import BionemoTrainableModelConfig
+from bionemo.esm2.finetune.class_weights import ClassWeights
 from bionemo.esm2.finetune.data import collate_flat, residue_mask
 from bionemo.esm2.finetune.head_config import HeadKind
 from bionemo.esm2.finetune.heads import build_head
@@ -260,6 +261,8 @@ class CachedHeadConfig(BionemoTrainableModelConfig[CachedHead, FinetuneLossReduc
     hidden_size: int
     label_scaling: LabelScaling | None = None
     """A regression run's label scaling (:mod:`bionemo.esm2.finetune.label_scaling`), or None."""
+    class_weights: ClassWeights | None = None
+    """A classification run's loss weights per class (:mod:`bionemo.esm2.finetune.class_weights`), or None."""
 
     def configure_model(self, *args: Any, **kwargs: Any) -> CachedHead:
         """A freshly initialised head."""
@@ -267,7 +270,7 @@ class CachedHeadConfig(BionemoTrainableModelConfig[CachedHead, FinetuneLossReduc
 
     def get_loss_reduction_class(self) -> Any:  # a factory called as the class is
         """The task's loss reduction (:func:`~bionemo.esm2.finetune.reduction.task_reduction`)."""
-        return task_reduction(self.spec.task, self.label_scaling)
+        return task_reduction(self.spec.task, self.label_scaling, self.class_weights)
 
 
 def cached_forward_step(model: Any, batch: dict[str, Any]) -> dict[str, torch.Tensor]:

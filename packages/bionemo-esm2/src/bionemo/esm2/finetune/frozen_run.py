@@ -3,6 +3,7 @@
 import functools
 from typing import Any
 
+from bionemo.esm2.finetune.class_weights import ClassWeights
 from bionemo.esm2.finetune.label_scaling import LabelScaling
 from bionemo.esm2.finetune.spec import FinetuneSpec
 from bionemo.esm2.recipes.model_settings import model_config
@@ -19,7 +20,11 @@ def lightning_settings(settings: RunSettings) -> RunSettings:
 
 
 def frozen_module(
-    settings: RunSettings, defaults: RecipeDefaults, spec: FinetuneSpec, label_scaling: LabelScaling | None = None
+    settings: RunSettings,
+    defaults: RecipeDefaults,
+    spec: FinetuneSpec,
+    label_scaling: LabelScaling | None = None,
+    class_weights: ClassWeights | None = None,
 ) -> Any:
     """The head-only Lightning module: AdamW, warm-up + cosine (Lightning's strategies honour the same config)."""
     from megatron.core.optimizer import OptimizerConfig
@@ -36,7 +41,12 @@ def frozen_module(
     # NeMo's optimizer module calls it as it calls an LRSchedulerModule (without NeMo's base class)
     schedule: Any = WarmupCosine(max_steps=max_steps, warmup_steps=min(warmup, max_steps))
     return BionemoLightningModule(
-        CachedHeadConfig(spec=spec, hidden_size=int(defaults.model["hidden_size"]), label_scaling=label_scaling),
+        CachedHeadConfig(
+            spec=spec,
+            hidden_size=int(defaults.model["hidden_size"]),
+            label_scaling=label_scaling,
+            class_weights=class_weights,
+        ),
         forward_step=cached_forward_step,
         data_step=data_step,
         optimizer=MegatronOptimizerModule(config=optimizer, lr_scheduler=schedule),

@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 
+from bionemo.esm2.finetune.class_weights import ClassWeights
 from bionemo.esm2.finetune.heads import build_head
 from bionemo.esm2.finetune.label_scaling import LabelScaling
 from bionemo.esm2.finetune.reduction import task_reduction
@@ -33,6 +34,10 @@ class ESM2FinetuneConfig(ESM2Config):
     label_scaling: str = "null"
     """Training only: :meth:`~bionemo.esm2.finetune.label_scaling.LabelScaling.to_json` of a regression run's labels
     (the model's outputs are the head's scaled and shifted), or ``"null"``; exported models have it folded in."""
+
+    class_weights: str = "null"
+    """Training only: :meth:`~bionemo.esm2.finetune.class_weights.ClassWeights.to_json` of a classification run's
+    loss weights per class (``--class-weights``), or ``"null"``."""
 
     @property
     def spec(self) -> FinetuneSpec:
@@ -60,7 +65,9 @@ class ESM2FinetuneConfig(ESM2Config):
 
         Called as the class is (``reduction(validation_step=...)``); carries the class's ``token_weighted``.
         """
-        return task_reduction(self.spec.task, LabelScaling.from_json(self.label_scaling))
+        return task_reduction(
+            self.spec.task, LabelScaling.from_json(self.label_scaling), ClassWeights.from_json(self.class_weights)
+        )
 
 
 class ESM2FinetuneModel(ESM2Model):

@@ -4,6 +4,7 @@ import functools
 import re
 from typing import Any
 
+from bionemo.esm2.finetune.class_weights import ClassWeights
 from bionemo.esm2.finetune.label_scaling import LabelScaling
 from bionemo.esm2.finetune.spec import LM_HEAD_PREFIXES, FinetuneSpec
 from bionemo.esm2.recipes.model_settings import model_config
@@ -32,10 +33,12 @@ def finetune_module(
     spec: FinetuneSpec,
     start_tensors: Any,
     label_scaling: LabelScaling | None = None,
+    class_weights: ClassWeights | None = None,
 ) -> Any:
     """The Lightning module: the fine-tuned model (base weights, adapters), AdamW, warm-up + cosine, head lr.
 
-    ``label_scaling``: a regression run's (:mod:`bionemo.esm2.finetune.label_scaling`), applied to the head's outputs.
+    ``label_scaling``: a regression run's (:mod:`bionemo.esm2.finetune.label_scaling`), applied to the head's outputs;
+    ``class_weights``: a classification run's loss weights (:mod:`bionemo.esm2.finetune.class_weights`).
     """
     from megatron.core.optimizer import OptimizerConfig
 
@@ -61,9 +64,13 @@ def finetune_module(
     head_lr = settings.head_lr or lr
     # NeMo's optimizer module calls it as it calls an LRSchedulerModule (without NeMo's base class)
     schedule: Any = WarmupCosine(max_steps=max_steps, warmup_steps=min(warmup, max_steps))
-    scaling = "null" if label_scaling is None else label_scaling.to_json()
     config = model_config(
-        defaults.model, settings, config_class=ESM2FinetuneConfig, finetune=_spec_json(spec), label_scaling=scaling
+        defaults.model,
+        settings,
+        config_class=ESM2FinetuneConfig,
+        finetune=_spec_json(spec),
+        label_scaling="null" if label_scaling is None else label_scaling.to_json(),
+        class_weights="null" if class_weights is None else class_weights.to_json(),
     )
     return BionemoLightningModule(
         config,

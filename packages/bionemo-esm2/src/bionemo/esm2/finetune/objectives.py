@@ -35,6 +35,7 @@ def loss_sum(
     target: torch.Tensor,
     mask: torch.Tensor | None = None,
     scale: torch.Tensor | None = None,
+    class_weights: torch.Tensor | None = None,
 ) -> LossSum:
     """The task's loss summed over the items ``mask`` keeps, and their count.
 
@@ -50,6 +51,9 @@ def loss_sum(
         scale: Regression tasks: each column's label spread ``[k]`` on the logits' device
             (:meth:`bionemo.esm2.finetune.label_scaling.LabelScaling.on`); errors are divided by it, so the squared
             error is the standardized one and every column weighs the same. None: 1.
+        class_weights: Classification tasks: a weight per class ``[k]`` on the logits' device
+            (:mod:`bionemo.esm2.finetune.class_weights`); each item's cross-entropy is multiplied by its class's
+            weight, the count stays the item count. None: 1.
 
     Per item: classification cross-entropy; multilabel binary cross-entropy with logits, averaged over the
     labels; regression squared error averaged over the columns; token-classification cross-entropy and
@@ -71,7 +75,9 @@ def loss_sum(
     logits = torch.where(_trailing_ones(mask, logits), logits, 0.0)
     if task in (Task.CLASSIFICATION, Task.TOKEN_CLASSIFICATION):
         classes = torch.where(mask, target.long(), -100).reshape(-1)
-        items = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), classes, reduction="sum", ignore_index=-100)
+        items = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), classes, class_weights, reduction="sum", ignore_index=-100
+        )  # with weights: the sum of each item's weighted cross-entropy
     else:
         values = torch.where(_trailing_ones(mask, target), target.float(), 0.0)
         if scale is not None and task in (Task.REGRESSION, Task.TOKEN_REGRESSION):

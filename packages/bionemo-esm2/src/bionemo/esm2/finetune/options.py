@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from bionemo.esm2.finetune.class_weights import ClassWeighting
 from bionemo.esm2.finetune.head_config import HeadChoice, HeadConfig, head_config
 from bionemo.esm2.finetune.spec import LORA_TARGETS, EncoderMode, LoRASettings
 from bionemo.esm2.finetune.tasks import OptionError, Task, check_label_options
@@ -38,6 +39,7 @@ class FinetuneOptions:
     head: HeadConfig
     encoder: EncoderMode
     lora: LoRASettings | None
+    class_weights: ClassWeighting = ClassWeighting.NONE
 
 
 def finetune_options(settings: RunSettings) -> FinetuneOptions:
@@ -46,7 +48,8 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
     Raises:
         OptionError: No or an unknown ``--task``, ``--encoder`` or ``--head``; label options that do not fit the
             task (:func:`~bionemo.esm2.finetune.tasks.check_label_options`); a head the task cannot use; LoRA options
-            without ``--encoder lora``; invalid LoRA values. ``option`` names the flag.
+            without ``--encoder lora``; invalid LoRA values; ``--class-weights balanced`` for a task without
+            classes. ``option`` names the flag.
     """
     if settings.task is None:
         raise OptionError(f"fine-tuning needs --task; valid: {', '.join(t.value for t in Task)}", "--task")
@@ -79,6 +82,17 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
             )
         except ValueError as error:
             raise OptionError(f"LoRA settings: {error}", "--lora-rank") from None
+    weighting = (
+        ClassWeighting.NONE
+        if settings.class_weights is None
+        else _choice(ClassWeighting, settings.class_weights, "--class-weights")
+    )
+    if weighting is not ClassWeighting.NONE and task not in (Task.CLASSIFICATION, Task.TOKEN_CLASSIFICATION):
+        raise OptionError(
+            f"--class-weights {weighting} weighs the classes of classification and token-classification; --task "
+            f"{task} has none: leave --class-weights out",
+            "--class-weights",
+        )
     return FinetuneOptions(
         task=task,
         label_columns=tuple(settings.label_column),
@@ -86,6 +100,7 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
         head=head,
         encoder=encoder,
         lora=lora,
+        class_weights=weighting,
     )
 
 

@@ -6,6 +6,7 @@ from typing import Any
 
 import torch
 
+from bionemo.esm2.finetune.class_weights import ClassWeights
 from bionemo.esm2.finetune.label_scaling import LabelScaling
 from bionemo.esm2.finetune.objectives import loss_sum
 from bionemo.esm2.finetune.tasks import Task
@@ -35,10 +36,12 @@ class FinetuneLossReduction(MaskedTokenLossReduction):
         *,
         task: Task,
         label_scaling: LabelScaling | None = None,
+        class_weights: ClassWeights | None = None,
     ) -> None:
         super().__init__(validation_step=validation_step, groups=groups)
         self.task = Task(task)
         self.label_scaling = label_scaling
+        self.class_weights = class_weights
 
     def forward(  # type: ignore[override]
         self, batch: Mapping[str, torch.Tensor], forward_out: torch.Tensor | Mapping[str, torch.Tensor]
@@ -49,7 +52,8 @@ class FinetuneLossReduction(MaskedTokenLossReduction):
             if key not in batch:
                 raise KeyError(f"FinetuneLossReduction needs batch[{key!r}]; the batch has {sorted(batch)}")
         scale = None if self.label_scaling is None else self.label_scaling.on(logits.device)[0]
-        total, count = loss_sum(self.task, logits, batch["target"], batch["target_mask"], scale)
+        weights = None if self.class_weights is None else self.class_weights.on(logits.device)
+        total, count = loss_sum(self.task, logits, batch["target"], batch["target_mask"], scale, weights)
         reduced: dict[str, Any] = {LOSS_SUM_KEY: torch.stack([total.detach(), count.float()])}
         if self.validation_step:
             total = total.detach()
@@ -57,13 +61,18 @@ class FinetuneLossReduction(MaskedTokenLossReduction):
         return total, count.to(torch.int), reduced
 
 
-def task_reduction(task: Task, label_scaling: LabelScaling | None = None) -> Callable[..., FinetuneLossReduction]:
-    """:class:`FinetuneLossReduction` bound to ``task``, called as the class is (``get_loss_reduction_class``).
+def task_reduction(
+    task: Task, label_scaling: LabelScaling | None = None, class_weights: ClassWeights | None = None
+) -> Callable[..., FinetuneLossReduction]:
+    """:class:`FinetuneLossReduction` bound to a run's task, label scaling and class weights, called as the class is.
 
-    The factory carries the class's ``token_weighted``: NeMo's ``MegatronStrategy`` reads it there, before any
-    reduction exists, to set megatron's ``calculate_per_token_loss`` (without it megatron back-propagates the mean
-    of per-micro-batch means, not the item-weighted mean the reduction reports).
+    What ``get_loss_reduction_class`` returns. The factory carries the class's ``token_weighted``: NeMo's
+    ``MegatronStrategy`` reads it there, before any reduction exists, to set megatron's ``calculate_per_token_loss``
+    (without it megatron back-propagates the mean of per-micro-batch means, not the item-weighted mean the reduction
+    reports).
     """
-    bound = functools.partial(FinetuneLossReduction, task=Task(task), label_scaling=label_scaling)
+    bound = functools.partial(
+        FinetuneLossReduction, task=Task(task), label_scaling=label_scaling, class_weights=class_weights
+    )
     bound.token_weighted = FinetuneLossReduction.token_weighted  # type: ignore[attr-defined]
     return bound

@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bionemo.esm2.finetune.class_weights import ClassWeighting, ClassWeights
 from bionemo.esm2.finetune.options import DEFAULT_LR, FinetuneOptions, finetune_options
 from bionemo.esm2.finetune.spec import EncoderMode, FinetuneSpec
 from bionemo.esm2.finetune.tasks import (
@@ -177,7 +178,13 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
         run_defaults = replace(run_defaults, model=lora_recompute(run_defaults.model))
     check_output_dir(out, create=False)
     refuse_prediction_folder(out)
-    identity = run_identity(settings, {"model": model, "data": _data_identity(data), "finetune": spec.to_json()})
+    weights = None
+    if options.class_weights is ClassWeighting.BALANCED:
+        weights = ClassWeights.balanced(spec.task, data.train, data.vocabulary)
+    extra: dict[str, Any] = {"model": model, "data": _data_identity(data), "finetune": spec.to_json()}
+    if weights is not None:  # only then: runs before the option existed keep their identity
+        extra["class_weights"] = str(options.class_weights)
+    identity = run_identity(settings, extra)
     megatron = spec.encoder is not EncoderMode.FROZEN and uses_megatron(settings)  # frozen: Lightning's strategies
     resume_from = check_resumable(settings, out / "checkpoints", identity, megatron=megatron)
     start = checked_checkpoint(header.path)  # the tensors: NaN/Inf
@@ -194,7 +201,7 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
         print(f"Fine-tuning ({spec.task}, {spec.head.kind} head, encoder {spec.encoder}): {plan}", flush=True)
     from bionemo.esm2.finetune.fit import fit
 
-    return fit(settings, run_defaults, recipe, spec, data, out, start, resume_from)
+    return fit(settings, run_defaults, recipe, spec, data, out, start, resume_from, weights)
 
 
 FINETUNE_TOKENS = 16_384
