@@ -35,7 +35,7 @@ def _bionemo(files: dict[str, Path], name: str, *args: str) -> str:
 
 @pytest.mark.parametrize(
     ("encoder", "extra"),
-    [("full", ["--lr", "3e-4"]), ("lora", ["--lora-rank", "8", "--lr", "3e-3"]), ("frozen", ["--lr", "1e-2"])],
+    [("full", ["--lr", "3e-4", "--class-weights", "balanced"]), ("lora", ["--lora-rank", "8", "--lr", "3e-3"]), ("frozen", ["--lr", "1e-2"])],
 )
 def test_finetune_then_predict_on_one_gpu(files, encoder, extra):
     run = files["root"] / f"run_{encoder}"
@@ -46,6 +46,7 @@ def test_finetune_then_predict_on_one_gpu(files, encoder, extra):
     )  # fmt: skip
     summary = json.loads((run / "summary.json").read_text())
     assert summary["peak_memory_gib"] is not None
+    assert (summary["class_weights"] is not None) == ("--class-weights" in extra)  # the weighted loss under megatron
     pred = files["root"] / f"pred_{encoder}"
     _bionemo(files, f"predict_{encoder}", "run", "predict", "--checkpoint", str(run / "model.safetensors"),
              "--data", str(files["test"]), "--output-dir", str(pred))  # fmt: skip

@@ -25,13 +25,18 @@ def test_loss_sum_matches_the_cpu_without_making_the_host_wait(task):
         target = torch.randn(*shape, 3)
     else:
         target = torch.randn(shape)
-    expected = loss_sum(task, logits, target, mask)
+    # class weights (--class-weights) for the classification tasks, label scales for the regression tasks
+    weights = torch.tensor([0.5, 2.0, 1.25]) if task in (Task.CLASSIFICATION, Task.TOKEN_CLASSIFICATION) else None
+    scale = torch.tensor([2.0, 0.5, 1.0][:width]) if task in (Task.REGRESSION, Task.TOKEN_REGRESSION) else None
+    expected = loss_sum(task, logits, target, mask, scale, weights)
     on_gpu = logits.cuda().requires_grad_()
     gpu_target, gpu_mask = target.cuda(), mask.cuda()
+    gpu_scale = None if scale is None else scale.cuda()
+    gpu_weights = None if weights is None else weights.cuda()
     torch.cuda.synchronize()
     torch.cuda.set_sync_debug_mode("error")
     try:
-        total, count = loss_sum(task, on_gpu, gpu_target, gpu_mask)
+        total, count = loss_sum(task, on_gpu, gpu_target, gpu_mask, gpu_scale, gpu_weights)
         total.backward()
     finally:
         torch.cuda.set_sync_debug_mode("default")
