@@ -35,7 +35,11 @@ def _bionemo(files: dict[str, Path], name: str, *args: str) -> str:
 
 @pytest.mark.parametrize(
     ("encoder", "extra"),
-    [("full", ["--lr", "3e-4", "--class-weights", "balanced"]), ("lora", ["--lora-rank", "8", "--lr", "3e-3"]), ("frozen", ["--lr", "1e-2"])],
+    [
+        ("full", ["--lr", "3e-4", "--class-weights", "balanced"]),
+        ("lora", ["--lora-rank", "8", "--lr", "3e-3"]),
+        ("frozen", ["--lr", "1e-2"]),
+    ],
 )
 def test_finetune_then_predict_on_one_gpu(files, encoder, extra):
     run = files["root"] / f"run_{encoder}"

@@ -22,11 +22,9 @@ Importing this module imports no torch.
 import csv
 import json
 import numbers
-import re
 import shutil
 import tempfile
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,19 +32,25 @@ from typing import Any
 from bionemo.core.library_chatter import libraries_quieted
 from bionemo.esm2.finetune.spec import FinetuneSpec
 from bionemo.esm2.finetune.tasks import Task
+from bionemo.esm2.python_runs import (
+    RECIPE,
+    SequenceInput,
+    named_inputs,
+    predicted,
+    quiet_imports,
+    run_settings,
+    sequence_pairs,
+    write_rows,
+)
 from bionemo.recipes.choices import Accelerator, Precision
-from bionemo.recipes.settings import RunSettings, SettingsError
+from bionemo.recipes.settings import SettingsError
 
 __all__ = ["FinetunedModel", "Predictions", "finetune"]
 
 Label = str | float | tuple[float, ...] | Sequence[float]
 """One sequence's label(s): the module docstring lists the form of each task."""
 
-SequenceInput = str | tuple[str, str]
-"""A protein sequence, or an ``(id, sequence)`` pair."""
-
 _MASK_COLUMN = "mask"
-_RECIPE = "esm2-demo"  # the CLI's default recipe: fine-tuning takes the model from the base, the run from its defaults
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -147,11 +151,6 @@ class FinetunedModel:
             SettingsError: What ``bionemo run predict`` refuses (messages name ``sequences[i]``).
             TypeError: ``sequences`` is a string or holds something other than strings and pairs.
         """
-        with libraries_quieted(verbose):
-            _prepare_imports()
-            from bionemo.esm2.recipes import demo
-            from bionemo.esm2.recipes.predict import predict
-
         options: dict[str, Any] = {
             "checkpoint": self.path,
             "truncate": truncate,
@@ -163,13 +162,7 @@ class FinetunedModel:
         }
         if include:
             options["include"] = list(include)
-        with tempfile.TemporaryDirectory(prefix="bionemo_predict_") as folder:
-            root = Path(folder)
-            data = _write_rows(root / "sequences.csv", ["id", "sequence"], _pairs(sequences, "sequences"))
-            out = root / "predictions"
-            settings = _settings({**options, "data": data, "output_dir": out})
-            with _named_inputs({data: "sequences"}), libraries_quieted(verbose):
-                predict(settings, defaults=demo().defaults, recipe=_RECIPE)
+        with predicted(sequences, options, verbose=verbose) as out:
             return _read_predictions(out, self.spec)
 
 
@@ -268,8 +261,7 @@ def finetune(
             sequences; several processes without ``output_dir``.
         TypeError: ``sequences`` is a string or holds something other than strings and pairs.
     """
-    with libraries_quieted(verbose):  # some libraries warn while they are imported
-        _prepare_imports()
+    with quiet_imports(verbose):  # some libraries warn while they are imported
         from bionemo.esm2.finetune.options import finetune_options
         from bionemo.esm2.finetune.tasks import OptionError
         from bionemo.esm2.finetune.train import finetune as run_finetune
@@ -313,7 +305,7 @@ def finetune(
         with tempfile.TemporaryDirectory(prefix="bionemo_finetune_data_") as folder:
             data, val = Path(folder) / "sequences.csv", Path(folder) / "val_sequences.csv"
             has_val = val_sequences is not None and val_labels is not None
-            settings = _settings({**given, "data": data, "val_data": val if has_val else None, "output_dir": out})
+            settings = run_settings({**given, "data": data, "val_data": val if has_val else None, "output_dir": out})
             try:
                 options = finetune_options(settings)  # the CLI's checks of task, columns, head, encoder, LoRA
             except OptionError as error:
@@ -323,21 +315,14 @@ def finetune(
                 _write_labelled(
                     val, options.task, options.label_columns, val_sequences, val_labels, val_masks, "val_sequences"
                 )
-            with _named_inputs({data: "sequences", val: "val_sequences"}), libraries_quieted(verbose):
-                run_finetune(settings, defaults=demo().defaults, recipe=_RECIPE)
+            with named_inputs({data: "sequences", val: "val_sequences"}), libraries_quieted(verbose):
+                run_finetune(settings, defaults=demo().defaults, recipe=RECIPE)
         model = FinetunedModel.load(out / "model.safetensors")
     except BaseException:
         if workdir is not None:
             workdir.cleanup()  # a refused or failed run leaves nothing behind
         raise
     return FinetunedModel(path=model.path, spec=model.spec, metrics=model.metrics, _workdir=workdir)
-
-
-def _prepare_imports() -> None:
-    """What ``bionemo run`` does before importing megatron-core (which fails on machines with nvcc and no GPU)."""
-    from bionemo.core.megatron_env import prepare_megatron_import
-
-    prepare_megatron_import()
 
 
 def _label_columns(task: Task | str, given: Sequence[str] | None, labels: Sequence[Label]) -> list[str]:
@@ -357,28 +342,6 @@ def _label_columns(task: Task | str, given: Sequence[str] | None, labels: Sequen
     return [] if several else ["label"]
 
 
-def _settings(options: dict[str, Any]) -> RunSettings:
-    """:class:`RunSettings` from the CLI options' values (``None``: the default), checked as the CLI checks them."""
-    return RunSettings.resolve(None, {key: value for key, value in options.items() if value is not None})
-
-
-def _pairs(sequences: Sequence[SequenceInput], name: str) -> list[tuple[str, str]]:
-    """``(id, sequence)`` per item; ``""`` as the id where none was given (read as ``row<n>``, as the CLI does)."""
-    if isinstance(sequences, str | bytes):
-        raise TypeError(f"{name}: give a list of sequences, not one {type(sequences).__name__}")
-    pairs = []
-    for i, item in enumerate(sequences):
-        if isinstance(item, str):
-            pairs.append(("", item))
-        elif isinstance(item, tuple | list) and len(item) == 2 and all(isinstance(part, str) for part in item):
-            pairs.append((item[0], item[1]))
-        else:
-            raise TypeError(f"{name}[{i}] is {item!r}; give a sequence (str) or an (id, sequence) pair of str")
-    if not pairs:
-        raise ValueError(f"{name} is empty; give at least one sequence")
-    return pairs
-
-
 def _write_labelled(
     path: Path,
     task: Task,
@@ -389,7 +352,7 @@ def _write_labelled(
     name: str,
 ) -> Path:
     """Write sequences, labels and masks as the CLI's labelled CSV (``tasks``' module docstring)."""
-    pairs = _pairs(sequences, name)
+    pairs = sequence_pairs(sequences, name)
     label_name = "labels" if name == "sequences" else "val_labels"
     mask_name = "masks" if name == "sequences" else "val_masks"
     if isinstance(labels, str) or len(labels) != len(pairs):
@@ -403,15 +366,7 @@ def _write_labelled(
         mask = [] if masks is None else [_mask_cell(masks[i])]
         rows.append([*pair, *cells, *mask])
     header = ["id", "sequence", *columns, *([_MASK_COLUMN] if masks is not None else [])]
-    return _write_rows(path, header, rows)
-
-
-def _write_rows(path: Path, header: list[str], rows: Sequence[Sequence[str]]) -> Path:
-    with path.open("w", newline="", encoding="utf-8") as f:
-        writer = csv.writer(f)
-        writer.writerow(header)
-        writer.writerows(rows)
-    return path
+    return write_rows(path, header, rows)
 
 
 def _is_number(value: Any) -> bool:
@@ -457,29 +412,6 @@ def _mask_cell(mask: str | Sequence[bool]) -> str:
     if isinstance(mask, str):
         return mask
     return "".join("1" if m is True or m == 1 else "0" if m is False or m == 0 else _cell(m) for m in mask)
-
-
-@contextmanager
-def _named_inputs(names: dict[Path, str]) -> Iterator[None]:
-    """Re-raise errors naming a temporary input file with the argument's name instead (``sequences[3]``).
-
-    The reader names rows ``path:line`` where ``line`` 2 is the first data row: item 0 of the argument.
-    """
-    from bionemo.esm2.data.readers import InputError
-
-    try:
-        yield
-    except (SettingsError, InputError) as error:
-        message = str(error)
-        for path, name in names.items():
-            where = re.escape(str(path))
-            message = re.sub(where + r":(\d+)", lambda m, name=name: f"{name}[{int(m.group(1)) - 2}]", message)
-            message = re.sub(rf"(data file )?{where}", name, message)
-        if message == str(error):
-            raise
-        if isinstance(error, SettingsError):
-            raise SettingsError(message, error.option) from None
-        raise InputError(message) from None
 
 
 def _read_predictions(out: Path, spec: FinetuneSpec) -> Predictions:
