@@ -3,6 +3,8 @@
 The model is a tiny random Hugging Face ESM-2 built here (fp32 on the CPU).
 """
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,3 +68,13 @@ def test_errors_name_the_item_and_leave_nothing_behind(hf, tmp_path, monkeypatch
     with pytest.raises(TypeError, match="not one str"):
         predict(path, "MKV", accelerator="cpu")  # type: ignore[arg-type]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_importing_the_python_apis_imports_no_torch():
+    probe = (
+        "import sys; import bionemo.esm2.api, bionemo.esm2.finetune.api; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'lightning', 'megatron', 'nemo')))"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=False, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "[]"  # torch comes with the first call (a notebook imports in a blink)
