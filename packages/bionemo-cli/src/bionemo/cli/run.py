@@ -329,6 +329,13 @@ def predict(**options: Any) -> None:
         "(classification, token-classification). Default: none.",
         case_sensitive=False,
     ),
+    option(
+        str | None,
+        "--best-metric",
+        help="The validation metric that picks the exported weights (and --patience's): one the task logs, or "
+        "loss. Default: mcc (classification), spearman (regression), auroc_macro (multilabel), accuracy "
+        "(token-classification).",
+    ),
     option(int | None, "--patience", min=1, help="Stop after this many validations without a better metric."),
     RECIPE,
     CONFIG,

@@ -32,6 +32,7 @@ _FINETUNE_ONLY = (
     "head_lr",
     "warmup_steps",
     "class_weights",
+    "best_metric",
     "patience",
 )
 _TRAIN_ONLY = (

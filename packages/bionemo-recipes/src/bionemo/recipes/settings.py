@@ -84,6 +84,8 @@ class RunSettings(BaseModel):
     """Steps of linear warm-up before the cosine decay (default: 10% of ``max_steps``)."""
     class_weights: str | None = None
     """Loss weights per class (classification tasks): ``none`` or ``balanced`` (default: none)."""
+    best_metric: str | None = None
+    """The validation metric that picks the exported weights and stops early (default: the task's)."""
     patience: int | None = Field(None, ge=1)
     """Stop after this many validations without a better validation metric (default: never stop early)."""
     global_batch_tokens: int | None = Field(None, ge=1)

@@ -28,12 +28,14 @@ from bionemo.esm2.finetune.tasks import (
 
 if TYPE_CHECKING:
     from bionemo.esm2.finetune.heads import ConvTokenHead, HFSequenceHead, HFTokenHead, MeanPoolMLPHead, build_head
-    from bionemo.esm2.finetune.metrics import BEST_METRIC, METRIC_NAMES, BestMetric, Mode, TaskMetrics
+    from bionemo.esm2.finetune.metric_names import BEST_METRIC, METRIC_NAMES, BestMetric, Mode
+    from bionemo.esm2.finetune.metrics import TaskMetrics
     from bionemo.esm2.finetune.objectives import LossSum, csv_cells, loss_sum, predictions, targets
 
 _LAZY = {
     "heads": ("ConvTokenHead", "HFSequenceHead", "HFTokenHead", "MeanPoolMLPHead", "build_head"),
-    "metrics": ("BEST_METRIC", "METRIC_NAMES", "BestMetric", "Mode", "TaskMetrics"),
+    "metric_names": ("BEST_METRIC", "METRIC_NAMES", "BestMetric", "Mode"),
+    "metrics": ("TaskMetrics",),
     "objectives": ("LossSum", "csv_cells", "loss_sum", "predictions", "targets"),
 }
 

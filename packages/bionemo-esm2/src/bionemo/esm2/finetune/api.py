@@ -191,6 +191,7 @@ def finetune(
     warmup_steps: int | None = None,
     patience: int | None = None,
     class_weights: str | None = None,
+    best_metric: str | None = None,
     micro_batch_size: int | None = None,
     global_batch_size: int | None = None,
     truncate: bool = False,
@@ -233,6 +234,8 @@ def finetune(
         patience: Stop after this many validations without improvement; default never.
         class_weights: ``"balanced"``: each class weighs ``n / (classes * its count)`` in the loss (classification,
             token-classification); default none.
+        best_metric: The validation metric that picks the exported weights (a name the task logs, or ``"loss"``);
+            default the task's (mcc, spearman, auroc_macro, accuracy).
         micro_batch_size: Sequences per micro-batch; default 16.
         global_batch_size: Sequences per optimizer step; default 16.
         truncate: Cut sequences (and per-residue labels) longer than the model's context instead of refusing them.
@@ -290,6 +293,7 @@ def finetune(
         "warmup_steps": warmup_steps,
         "patience": patience,
         "class_weights": class_weights,
+        "best_metric": best_metric,
         "micro_batch_size": micro_batch_size,
         "global_batch_size": global_batch_size,
         "truncate": truncate,

@@ -7,7 +7,7 @@ from typing import Any
 
 from bionemo.esm2.finetune.class_weights import ClassWeights
 from bionemo.esm2.finetune.label_scaling import LabelScaling
-from bionemo.esm2.finetune.metrics import BEST_METRIC, METRIC_NAMES
+from bionemo.esm2.finetune.metric_names import BEST_METRIC, METRIC_NAMES, BestMetric
 from bionemo.esm2.finetune.module import finetune_module, trainable_parameters
 from bionemo.esm2.finetune.spec import FINETUNE_KEY, EncoderMode, FinetuneSpec
 from bionemo.esm2.finetune.tasks import LabelledData
@@ -28,10 +28,12 @@ def fit(
     start: Any,
     resume_from: str | None,
     class_weights: ClassWeights | None = None,
+    best_metric: BestMetric | None = None,
 ) -> SummaryRows:
     """Train (from ``resume_from``, the run's own newest checkpoint, if any); export; the summary rows (rank 0).
 
-    ``class_weights``: the loss weights per class of a ``--class-weights`` run.
+    ``class_weights``: the loss weights per class of a ``--class-weights`` run; ``best_metric``: the validation
+    metric that picks the exported weights and stops early (default: the task's).
     """
     import lightning.pytorch as pl
 
@@ -56,10 +58,11 @@ def fit(
         module = finetune_module(settings, defaults, spec, start.tensors, scaling, class_weights)
         datamodule = _datamodule(settings, defaults, spec, data, max_steps)
     checkpoints = out / "checkpoints"
-    best = BestWeights(BEST_METRIC[spec.task], checkpoints)
+    metric = best_metric or BEST_METRIC[spec.task]
+    best = BestWeights(metric, checkpoints)
     timer = StepTimer(pause_every=min(defaults.value(settings, "val_check_interval"), max_steps))
     watchers = [best, timer, KeyedDropoutSteps(settings.seed)]
-    trainer = _trainer(settings, spec, out, checkpoints, max_steps, defaults, resume_from, watchers)
+    trainer = _trainer(settings, spec, metric, out, checkpoints, max_steps, defaults, resume_from, watchers)
     if resume_from is not None and is_launching_rank():
         print(f"resuming from {resume_from}", file=sys.stderr, flush=True)  # the library's own line is quieted
     trainer.fit(module, datamodule=datamodule, ckpt_path=resume_from)
@@ -196,6 +199,7 @@ def _datamodule(
 def _trainer(
     settings: RunSettings,
     spec: FinetuneSpec,
+    metric: BestMetric,
     out: Path,
     checkpoints: Path,
     max_steps: int,
@@ -209,9 +213,8 @@ def _trainer(
     from bionemo.esm2.finetune.validation import ValidationMetrics
     from bionemo.recipes.training_run import training_trainer
 
-    metric = BEST_METRIC[spec.task]
     # the metrics first: BestWeights and EarlyStopping read their values
-    callbacks = [ValidationMetrics(spec.task, spec.num_outputs), *watchers]
+    callbacks = [ValidationMetrics(spec.task, spec.num_outputs, shown=metric.key), *watchers]
     if settings.patience is not None:
         callbacks.append(
             EarlyStopping(monitor=metric.key, mode=str(metric.mode), patience=settings.patience, check_finite=False)
@@ -253,7 +256,7 @@ def _export(
     logged = {
         k: float(v) for k, v in trainer.callback_metrics.items() if isinstance(v, torch.Tensor) and v.numel() == 1
     }
-    metric = BEST_METRIC[spec.task]
+    metric = best.metric
     final = {f"val_{name}": finite(logged.get(f"val_{name}")) for name in METRIC_NAMES[spec.task]}
     weights = out / "model.safetensors"
     model = dict(start.model)

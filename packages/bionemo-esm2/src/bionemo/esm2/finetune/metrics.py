@@ -15,8 +15,6 @@ unchanged when every sample is repeated the same number of times.
 """
 
 import warnings
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 import torch
@@ -32,48 +30,11 @@ from torchmetrics.classification import (
 )
 from torchmetrics.regression import MeanSquaredError, PearsonCorrCoef, SpearmanCorrCoef
 
+from bionemo.esm2.finetune.metric_names import BEST_METRIC, METRIC_NAMES, BestMetric, Mode
 from bionemo.esm2.finetune.objectives import predictions
 from bionemo.esm2.finetune.tasks import Task
 
 __all__ = ["BEST_METRIC", "METRIC_NAMES", "BestMetric", "MatthewsCorrCoef", "Mode", "TaskMetrics", "matthews_corrcoef"]
-
-
-class Mode(StrEnum):
-    """Whether a smaller or a larger value is better (Lightning's ``ModelCheckpoint(mode=...)``)."""
-
-    MIN = "min"
-    MAX = "max"
-
-
-@dataclass(frozen=True, slots=True)
-class BestMetric:
-    """The validation metric that picks the best checkpoint and stops early, and which way is better."""
-
-    key: str
-    """The logged name, with the ``val_`` prefix."""
-    mode: Mode
-    """``max`` for the correlations and scores here."""
-
-
-METRIC_NAMES: dict[Task, tuple[str, ...]] = {
-    Task.REGRESSION: ("mse", "pearson", "spearman"),
-    Task.CLASSIFICATION: ("accuracy", "f1_macro", "auroc", "mcc"),
-    Task.MULTILABEL: ("auroc_micro", "auroc_macro", "f1_micro", "f1_macro"),
-    Task.TOKEN_CLASSIFICATION: ("accuracy",),
-    Task.TOKEN_REGRESSION: ("mse", "pearson", "spearman"),
-}
-"""Each task's metric names, without the prefix, in logging order."""
-
-BEST_METRIC: dict[Task, BestMetric] = {
-    Task.REGRESSION: BestMetric("val_spearman", Mode.MAX),
-    Task.CLASSIFICATION: BestMetric("val_mcc", Mode.MAX),
-    Task.MULTILABEL: BestMetric("val_auroc_macro", Mode.MAX),
-    Task.TOKEN_CLASSIFICATION: BestMetric("val_accuracy", Mode.MAX),
-    Task.TOKEN_REGRESSION: BestMetric("val_spearman", Mode.MAX),
-}
-"""Per task: rank correlation for regression (what fitness benchmarks report); MCC for classification (unlike
-accuracy, not fooled by a majority class); macro AUROC for multilabel (threshold-free, every label weighs the
-same); per-residue accuracy for token-classification (Q3/Q8 accuracy)."""
 
 
 def matthews_corrcoef(confmat: torch.Tensor) -> torch.Tensor:

@@ -6,6 +6,7 @@ from typing import Any
 
 from bionemo.esm2.finetune.class_weights import ClassWeighting
 from bionemo.esm2.finetune.head_config import HeadChoice, HeadConfig, head_config
+from bionemo.esm2.finetune.metric_names import BEST_METRIC, BestMetric, best_metric
 from bionemo.esm2.finetune.spec import LORA_TARGETS, EncoderMode, LoRASettings
 from bionemo.esm2.finetune.tasks import OptionError, Task, check_label_options
 from bionemo.recipes.settings import RunSettings
@@ -40,6 +41,13 @@ class FinetuneOptions:
     encoder: EncoderMode
     lora: LoRASettings | None
     class_weights: ClassWeighting = ClassWeighting.NONE
+    best: BestMetric | None = None
+    """The validation metric that picks the exported weights (``--best-metric``); None: the task's default."""
+
+    @property
+    def best_metric(self) -> BestMetric:
+        """:attr:`best`, else the task's default (:data:`~bionemo.esm2.finetune.metric_names.BEST_METRIC`)."""
+        return self.best or BEST_METRIC[self.task]
 
 
 def finetune_options(settings: RunSettings) -> FinetuneOptions:
@@ -49,7 +57,7 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
         OptionError: No or an unknown ``--task``, ``--encoder`` or ``--head``; label options that do not fit the
             task (:func:`~bionemo.esm2.finetune.tasks.check_label_options`); a head the task cannot use; LoRA options
             without ``--encoder lora``; invalid LoRA values; ``--class-weights balanced`` for a task without
-            classes. ``option`` names the flag.
+            classes; a ``--best-metric`` the task does not log. ``option`` names the flag.
     """
     if settings.task is None:
         raise OptionError(f"fine-tuning needs --task; valid: {', '.join(t.value for t in Task)}", "--task")
@@ -93,6 +101,10 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
             f"{task} has none: leave --class-weights out",
             "--class-weights",
         )
+    try:
+        best = None if settings.best_metric is None else best_metric(task, settings.best_metric)
+    except ValueError as error:
+        raise OptionError(str(error), "--best-metric") from None
     return FinetuneOptions(
         task=task,
         label_columns=tuple(settings.label_column),
@@ -101,6 +113,7 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
         encoder=encoder,
         lora=lora,
         class_weights=weighting,
+        best=best,
     )
 
 

@@ -184,6 +184,8 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
     extra: dict[str, Any] = {"model": model, "data": _data_identity(data), "finetune": spec.to_json()}
     if weights is not None:  # only then: runs before the option existed keep their identity
         extra["class_weights"] = str(options.class_weights)
+    if options.best is not None:  # the exported weights' choice; checkpoints keep its best value
+        extra["best_metric"] = options.best.key
     identity = run_identity(settings, extra)
     megatron = spec.encoder is not EncoderMode.FROZEN and uses_megatron(settings)  # frozen: Lightning's strategies
     resume_from = check_resumable(settings, out / "checkpoints", identity, megatron=megatron)
@@ -201,7 +203,7 @@ def finetune(settings: RunSettings, *, defaults: RecipeDefaults, recipe: str) ->
         print(f"Fine-tuning ({spec.task}, {spec.head.kind} head, encoder {spec.encoder}): {plan}", flush=True)
     from bionemo.esm2.finetune.fit import fit
 
-    return fit(settings, run_defaults, recipe, spec, data, out, start, resume_from, weights)
+    return fit(settings, run_defaults, recipe, spec, data, out, start, resume_from, weights, options.best_metric)
 
 
 FINETUNE_TOKENS = 16_384

@@ -6,7 +6,8 @@ from typing import Any
 import lightning.pytorch as pl
 from typing_extensions import override
 
-from bionemo.esm2.finetune.metrics import BEST_METRIC, TaskMetrics
+from bionemo.esm2.finetune.metric_names import BEST_METRIC
+from bionemo.esm2.finetune.metrics import TaskMetrics
 from bionemo.esm2.finetune.tasks import Task
 
 __all__ = ["ValidationMetrics"]
@@ -19,13 +20,14 @@ class ValidationMetrics(pl.Callback):
     with ``validation_step=True``) carries the head's logits, targets and mask; they are added to the metrics in the
     ``on_megatron_reduce_microbatches_end`` hook (fired under MegatronStrategy and, by ``BionemoLightningModule``,
     under Lightning's strategies). At the epoch's end the metrics are gathered over every process (a collective) and
-    logged with the same value on every rank; :data:`BEST_METRIC`'s one is shown in the progress bar. Sanity-check
-    validation is not counted.
+    logged with the same value on every rank; ``shown`` (default: the task's :data:`BEST_METRIC`) is shown in the
+    progress bar. Sanity-check validation is not counted.
     """
 
-    def __init__(self, task: Task, num_outputs: int) -> None:
+    def __init__(self, task: Task, num_outputs: int, shown: str | None = None) -> None:
         super().__init__()
         self.task = Task(task)
+        self.shown = shown or BEST_METRIC[self.task].key
         self.num_outputs = num_outputs
         self.metrics = TaskMetrics(self.task, num_outputs)
         self._updated = False
@@ -54,7 +56,6 @@ class ValidationMetrics(pl.Callback):
     def on_validation_epoch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         if trainer.sanity_checking or not self._updated:
             return
-        best = BEST_METRIC[self.task].key
         for name, value in self.metrics.compute().items():
-            pl_module.log(name, value, prog_bar=name == best, batch_size=1, rank_zero_only=False)
+            pl_module.log(name, value, prog_bar=name == self.shown, batch_size=1, rank_zero_only=False)
         self.metrics.reset()
