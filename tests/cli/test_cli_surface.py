@@ -236,6 +236,6 @@ def test_a_config_typo_names_the_setting_and_the_valid_ones(tmp_path):
     text = " ".join(result.output.replace("│", " ").split())
     assert "unknown setting 'micro_batch_sise'" in text
     assert "did you mean 'micro_batch_size'" in text
-    assert "valid settings: accelerator, checkpoint," in text
+    assert "valid settings: accelerator, best_metric, checkpoint," in text
     assert "--micro-batch-sise" not in text  # no option that does not exist
     assert "'--config'" in text
