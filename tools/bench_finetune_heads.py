@@ -16,7 +16,8 @@ lengths uniform in ``--min-length``..``--max-length``; none of the tasks is sepa
   Gaussian noise (sd 0.15); charge ``(K + R - D - E) / length``, hydrophobic ``AILMFVW``.
 * ``classification`` (``hf``, ``mlp``): compositions drawn as for regression; three classes ``low``, ``mid``,
   ``high`` by the tertiles of the noiseless score (cut points from the training set's scores, applied to both
-  sets); 5% of the labels moved to another class at random.
+  sets; ``--class-shares 0.8,0.15,0.05`` for imbalanced classes); 5% of the labels moved to another class at
+  random.
 * ``token-classification`` (``hf``, ``conv``): a secondary-structure proxy. Sequences are runs of 3-10 residues, each
   run drawn (70%) from helix formers ``AELMQKRH``, strand formers ``VIYFWTC`` or breakers ``GPNDS``; a residue is
   ``H`` if at least 3 of the 5 residues centred on it are helix formers and they outnumber the strand formers,
@@ -27,7 +28,8 @@ Face ESM-2 folder, say, on a GPU machine with ``--accelerator gpu``).
 
 Usage: python tools/bench_finetune_heads.py [--tasks classification,regression,token-classification
     --encoders frozen,full,lora --seeds 3 --steps 200 --sequences 300 --val-sequences 300 --min-length 50
-    --max-length 150 --validations 5 --checkpoint PATH --accelerator auto|cpu|gpu --out DIR --finetune-flags=...]
+    --max-length 150 --validations 5 --checkpoint PATH --accelerator auto|cpu|gpu --out DIR --finetune-flags=...
+    --class-shares 0.8,0.15,0.05]
 Full measurement (CPU): uv run python tools/bench_finetune_heads.py --encoders frozen,full,lora --seeds 3
     --steps 200 --sequences 300 --accelerator cpu --out bionemo_runs/finetune_heads
 CPU smoke: uv run python tools/bench_finetune_heads.py --tasks token-classification --encoders frozen --seeds 1
@@ -38,6 +40,7 @@ Figures: docs/benchmarks.md#fine-tuning-heads.
 import argparse
 import bisect
 import csv
+import itertools
 import json
 import math
 import os
@@ -99,10 +102,15 @@ def score_class_examples(
     rng: random.Random, train: int, val: int, args: argparse.Namespace
 ) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
     """``train`` and ``val`` (sequence, class) pairs: the quantile of the sequence's noiseless score among the
-    training set's (:data:`CLASSES`, ``train >= 2``), 5% moved to another class."""
+    training set's (:data:`CLASSES`, ``train >= 2``; tertiles, or ``--class-shares``), 5% moved to another class."""
     drawn = [_composition_sequence(rng, args) for _ in range(train + val)]
     scores = [_score(charge, hydrophobic) for _, charge, hydrophobic in drawn]
-    cuts = statistics.quantiles(scores[:train], n=len(CLASSES))
+    if args.class_shares is None:
+        cuts = statistics.quantiles(scores[:train], n=len(CLASSES))
+    else:  # imbalanced classes: low, mid, high take these shares of the training set
+        ordered = sorted(scores[:train])
+        ends = itertools.accumulate(args.class_shares[:-1])
+        cuts = [ordered[min(len(ordered) - 1, int(end * len(ordered)))] for end in ends]
     rows = []
     for (sequence, _, _), score in zip(drawn, scores, strict=True):
         label = CLASSES[bisect.bisect_right(cuts, score)]
@@ -256,8 +264,17 @@ def parse_args() -> argparse.Namespace:
         default=[],
         help="More `run finetune` flags, e.g. --finetune-flags='--lr 1e-3'",
     )
+    parser.add_argument(
+        "--class-shares",
+        type=lambda text: [float(v) for v in text.split(",")],
+        default=None,
+        help="classification: the shares of low, mid, high (e.g. 0.8,0.15,0.05; default: a third each)",
+    )
     parser.add_argument("--out", type=Path, default=None, help="Keep data, runs and results.json here.")
     args = parser.parse_args()
+    shares = args.class_shares
+    if shares is not None and (len(shares) != len(CLASSES) or min(shares) <= 0 or not math.isclose(sum(shares), 1)):
+        parser.error(f"--class-shares {shares}: give {len(CLASSES)} positive shares summing to 1 (low, mid, high)")
     args.tasks = [t for t in args.tasks.split(",") if t]
     args.encoders = [e for e in args.encoders.split(",") if e]
     for flag, given, valid in (("--tasks", args.tasks, HEADS), ("--encoders", args.encoders, ENCODERS)):
