@@ -26,6 +26,7 @@ def _options(task: str, best: str | None):
 
 def test_a_metric_the_task_logs_or_the_loss_with_its_direction():
     assert _options("classification", None).best_metric == BEST_METRIC[Task.CLASSIFICATION]
+    assert _options("classification", "mcc") == _options("classification", None)  # the default named: the same run
     assert _options("classification", "AUROC").best_metric == BestMetric("val_auroc", Mode.MAX)
     assert _options("regression", "val_mse").best_metric == BestMetric("val_mse", Mode.MIN)
     assert _options("token-classification", "loss").best_metric == BestMetric("val_loss", Mode.MIN)

@@ -105,6 +105,8 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
         best = None if settings.best_metric is None else best_metric(task, settings.best_metric)
     except ValueError as error:
         raise OptionError(str(error), "--best-metric") from None
+    if best == BEST_METRIC[task]:
+        best = None  # the default named: the same run as without the flag
     return FinetuneOptions(
         task=task,
         label_columns=tuple(settings.label_column),
