@@ -11,9 +11,9 @@ Importing this module imports no torch.
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from bionemo.esm2.python_runs import SequenceInput, predicted
+from bionemo.esm2.python_runs import SequenceInput, predicted, prediction_options
 from bionemo.recipes.choices import Accelerator, Include, OutputDtype, Precision
 
 if TYPE_CHECKING:
@@ -112,18 +112,16 @@ def predict(
     from bionemo.esm2.recipes.prediction_shards import PREDICTIONS
     from bionemo.recipes.outputs import read_predictions
 
-    options: dict[str, Any] = {
-        "checkpoint": Path(checkpoint),
-        "include": [str(item) for item in include],
-        "layer": list(layer),
-        "output_dtype": str(output_dtype),
-        "truncate": truncate,
-        "micro_batch_size": micro_batch_size,
-        "tokens_per_batch": tokens_per_batch,
-        "accelerator": str(accelerator),
-        "devices": devices,
-        "precision": None if precision is None else str(precision),
-    }
+    options = prediction_options(
+        Path(checkpoint),
+        truncate=truncate,
+        micro_batch_size=micro_batch_size,
+        tokens_per_batch=tokens_per_batch,
+        accelerator=accelerator,
+        devices=devices,
+        precision=precision,
+    )
+    options.update(include=[str(item) for item in include], layer=list(layer), output_dtype=str(output_dtype))
     with predicted(sequences, options, verbose=verbose) as out:
         ids, tensors = read_predictions(out / PREDICTIONS)
     return ModelOutputs(ids=ids, tensors=tensors)

@@ -20,8 +20,17 @@ from typing import Any
 from bionemo.core.library_chatter import libraries_quieted
 from bionemo.recipes.settings import RunSettings, SettingsError
 
-__all__ = ["RECIPE", "SequenceInput", "named_inputs", "predicted", "quiet_imports", "run_settings", "sequence_pairs",
-           "write_rows"]  # fmt: skip
+__all__ = [
+    "RECIPE",
+    "SequenceInput",
+    "named_inputs",
+    "predicted",
+    "prediction_options",
+    "quiet_imports",
+    "run_settings",
+    "sequence_pairs",
+    "write_rows",
+]
 
 SequenceInput = str | tuple[str, str]
 """A protein sequence, or an ``(id, sequence)`` pair."""
@@ -46,6 +55,28 @@ def quiet_imports(verbose: bool) -> Iterator[None]:
 def run_settings(options: dict[str, Any]) -> RunSettings:
     """:class:`RunSettings` from the CLI options' values (``None``: the default), checked as the CLI checks them."""
     return RunSettings.resolve(None, {key: value for key, value in options.items() if value is not None})
+
+
+def prediction_options(
+    checkpoint: Path,
+    *,
+    truncate: bool,
+    micro_batch_size: int | None,
+    tokens_per_batch: int | None,
+    accelerator: Any,
+    devices: int,
+    precision: Any,
+) -> dict[str, Any]:
+    """The options every Python ``predict`` shares, by setting name (``None``: the CLI's default)."""
+    return {
+        "checkpoint": Path(checkpoint),
+        "truncate": truncate,
+        "micro_batch_size": micro_batch_size,
+        "tokens_per_batch": tokens_per_batch,
+        "accelerator": str(accelerator),
+        "devices": devices,
+        "precision": None if precision is None else str(precision),
+    }
 
 
 def sequence_pairs(sequences: Sequence[SequenceInput], name: str) -> list[tuple[str, str]]:

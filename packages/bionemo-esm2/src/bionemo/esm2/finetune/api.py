@@ -37,6 +37,7 @@ from bionemo.esm2.python_runs import (
     SequenceInput,
     named_inputs,
     predicted,
+    prediction_options,
     quiet_imports,
     run_settings,
     sequence_pairs,
@@ -151,15 +152,15 @@ class FinetunedModel:
             SettingsError: What ``bionemo run predict`` refuses (messages name ``sequences[i]``).
             TypeError: ``sequences`` is a string or holds something other than strings and pairs.
         """
-        options: dict[str, Any] = {
-            "checkpoint": self.path,
-            "truncate": truncate,
-            "micro_batch_size": micro_batch_size,
-            "tokens_per_batch": tokens_per_batch,
-            "accelerator": str(accelerator),
-            "devices": devices,
-            "precision": None if precision is None else str(precision),
-        }
+        options = prediction_options(
+            self.path,
+            truncate=truncate,
+            micro_batch_size=micro_batch_size,
+            tokens_per_batch=tokens_per_batch,
+            accelerator=accelerator,
+            devices=devices,
+            precision=precision,
+        )
         if include:
             options["include"] = list(include)
         with predicted(sequences, options, verbose=verbose) as out:
