@@ -141,6 +141,12 @@ def finetune_cases(tmp: Path) -> list[tuple[str, list[str], str]]:
             "valid for token-regression: conv",
         ),
         ("finetune: --lora-rank, encoder full", finetune(*classify, "--lora-rank", "4"), "add --encoder lora"),
+        (
+            "finetune: --class-weights, regression",
+            finetune(*regress, "--class-weights", "balanced"),
+            "--task regression has none",
+        ),
+        ("finetune: --best-metric not logged", finetune(*regress, "--best-metric", "mcc"), "logs mse, pearson"),
         ("finetune: BERT folder as base", finetune(*classify, checkpoint=str(tmp / "bert")), "model_type 'bert'"),
         ("finetune: .safetensors, no metadata", finetune(*classify, checkpoint=no_metadata), "no model config"),
         ("finetune: empty CSV", finetune(*classify, data=_write(tmp / "empty.csv", "")), "is empty"),
