@@ -326,7 +326,7 @@ def predict(**options: Any) -> None:
         ClassWeighting | None,
         "--class-weights",
         help="balanced: each class weighs n / (classes x its count) in the loss, for imbalanced classes "
-        "(classification, token-classification). Default: none.",
+        "(classification, token-classification; multilabel: each label's 1s and 0s). Default: none.",
         case_sensitive=False,
     ),
     option(

@@ -234,7 +234,7 @@ def finetune(
         warmup_steps: Linear warm-up steps; default 10% of ``max_steps``.
         patience: Stop after this many validations without improvement; default never.
         class_weights: ``"balanced"``: each class weighs ``n / (classes * its count)`` in the loss (classification,
-            token-classification); default none.
+            token-classification; multilabel: each label's 1s and 0s); default none.
         best_metric: The validation metric that picks the exported weights (a name the task logs, or ``"loss"``);
             default the task's (mcc, spearman, auroc_macro, accuracy).
         micro_batch_size: Sequences per micro-batch; default 16.

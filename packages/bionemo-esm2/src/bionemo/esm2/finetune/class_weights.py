@@ -1,13 +1,14 @@
-"""Class weights for imbalanced classification: ``--class-weights balanced``.
+"""Class weights for imbalanced classes: ``--class-weights balanced``.
 
 A head trained on 95% negatives learns to answer "negative" first; the cross-entropy of a rare class then weighs
 as little as the class is rare. ``balanced`` weights each class by ``n / (k * n_c)`` (``n`` training items, ``k``
 classes, ``n_c`` items of class ``c``), scikit-learn's ``class_weight="balanced"``: every class then contributes the
 same total weight, and the weights' mean over the training items is 1, so the loss keeps its scale. Items are
 sequences (classification) or scored residues (token-classification). A class with no training item (a
-token-classification label character seen only on unscored residues) gets weight 0.
+token-classification label character seen only on unscored residues) gets weight 0. Multilabel tasks weigh each
+label's positives and negatives the same way, as two classes of that label: ``n / (2 n_1)`` and ``n / (2 n_0)``.
 
-The loss of a batch is the sum of ``w_c * cross_entropy`` over its items divided by its item count
+The loss of a batch is the sum of the weighted per-item losses divided by its item count
 (:func:`bionemo.esm2.finetune.objectives.loss_sum`): the ``(sum, count)`` contract every reduction and layout
 shares, whose mean over the training set is torch's weighted cross-entropy (``F.cross_entropy(weight=w)``) there.
 Only the loss is weighted (training and ``val_loss``); the validation metrics, and so the exported weights' choice,
@@ -42,21 +43,33 @@ class ClassWeighting(StrEnum):
 
 @dataclass(frozen=True)
 class ClassWeights:
-    """One loss weight per class, in the vocabulary's class order."""
+    """Loss weights per class, in the vocabulary's class order; multilabel: per label, for its 1s and its 0s."""
 
     weights: tuple[float, ...]
+    """Classification tasks: one per class. Multilabel: one per label (column), for the items where it is 1."""
+    negatives: tuple[float, ...] = ()
+    """Multilabel: one per label, for the items where it is 0; empty for the classification tasks."""
     _on_device: dict[Any, "torch.Tensor"] = field(default_factory=dict, compare=False, repr=False)
 
     @classmethod
     def balanced(cls, task: Task, records: Sequence[LabelledRecord], vocabulary: LabelVocabulary) -> "ClassWeights":
-        """``n / (k * n_c)`` over the training ``records`` (token-classification: their scored residues).
+        """``n / (k * n_c)`` over the training ``records``.
+
+        Token-classification counts their scored residues; multilabel each label's 0s and 1s (``k = 2``).
 
         Raises:
-            ValueError: ``task`` is not a classification task, or the records hold no scored item.
+            ValueError: A task without classes, or records that hold no scored item.
         """
         task = Task(task)
+        if task is Task.MULTILABEL:
+            columns = list(zip(*(vocabulary.encode(record) for record in records), strict=True))
+            ones = [sum(1 for value in column if value > 0.5) for column in columns]
+            n = len(records)
+            return cls(
+                tuple(n / (2 * k) if k else 0.0 for k in ones), tuple(n / (2 * (n - k)) if n - k else 0.0 for k in ones)
+            )
         if task not in (Task.CLASSIFICATION, Task.TOKEN_CLASSIFICATION):
-            raise ValueError(f"class weights are for classification and token-classification, not {task}")
+            raise ValueError(f"class weights are for classification, multilabel and token-classification, not {task}")
         counts = [0] * len(vocabulary.classes)
         for record in records:
             encoded = vocabulary.encode(record)
@@ -68,20 +81,36 @@ class ClassWeights:
         return cls(tuple(total / (present * count) if count else 0.0 for count in counts))
 
     def on(self, device: "torch.device") -> "torch.Tensor":
-        """The weights as a float32 ``[k]`` tensor on ``device``, copied there once (no host copy per step)."""
+        """The weights in float32 on ``device``, copied there once (no host copy per step).
+
+        ``[k]`` per class, or multilabel ``[2, k]`` (row 0 for the labels' 0s, row 1 for their 1s).
+        """
         import torch
 
         if device not in self._on_device:
-            self._on_device[device] = torch.tensor(self.weights, dtype=torch.float32, device=device)
+            values = [self.negatives, self.weights] if self.negatives else self.weights
+            self._on_device[device] = torch.tensor(values, dtype=torch.float32, device=device)
         return self._on_device[device]
 
-    def label(self, classes: Sequence[str]) -> str:
-        """``hyd 0.62, pol 2.5``: each class with its weight, for the run's summary."""
-        return ", ".join(f"{name} {weight:.3g}" for name, weight in zip(classes, self.weights, strict=True))
+    def by_name(self, vocabulary: LabelVocabulary) -> dict[str, Any]:
+        """``{class: weight}``, multilabel ``{label: {"0": weight, "1": weight}}`` (``summary.json``)."""
+        if self.negatives:
+            return {
+                name: {"0": zero, "1": one}
+                for name, zero, one in zip(vocabulary.columns, self.negatives, self.weights, strict=True)
+            }
+        return dict(zip(vocabulary.classes, self.weights, strict=True))
+
+    def label(self, vocabulary: LabelVocabulary) -> str:
+        """``hyd 0.62, pol 2.5`` (multilabel ``has_c 0/1 0.6/2.5, ...``), for the run's summary."""
+        if self.negatives:
+            return ", ".join(f"{name} 0/1 {zero:.3g}/{one:.3g}" for name, (zero, one) in
+                             ((n, (w["0"], w["1"])) for n, w in self.by_name(vocabulary).items()))  # fmt: skip
+        return ", ".join(f"{name} {weight:.3g}" for name, weight in self.by_name(vocabulary).items())
 
     def to_json(self) -> str:
         """A JSON string; :meth:`from_json` reads it back."""
-        return json.dumps(list(self.weights))
+        return json.dumps({"weights": list(self.weights), "negatives": list(self.negatives)})
 
     @classmethod
     def from_json(cls, text: str) -> "ClassWeights | None":
@@ -92,4 +121,6 @@ class ClassWeights:
 @functools.cache
 def _from_json(text: str) -> ClassWeights | None:
     data = json.loads(text)
-    return None if data is None else ClassWeights(tuple(float(w) for w in data))
+    if data is None:
+        return None
+    return ClassWeights(tuple(map(float, data["weights"])), tuple(map(float, data["negatives"])))

@@ -103,15 +103,13 @@ def fit(
         "best": {"metric": best.metric.key, "value": finite(best.best), "step": best.best_step},
         "final_metrics": _final_metrics(trainer, spec),
         "encode_seconds": seconds,
-        "class_weights": None
-        if class_weights is None
-        else dict(zip(spec.labels.classes, class_weights.weights, strict=True)),
+        "class_weights": None if class_weights is None else class_weights.by_name(spec.labels),
         **speed,
     }
     (out / "summary.json").write_text(json.dumps(summary, indent=1, allow_nan=False))
     if class_weights is not None:
         at = next(i for i, (name, _) in enumerate(rows) if name == "task") + 1
-        rows.insert(at, ("class weights (loss)", f"balanced: {class_weights.label(spec.labels.classes)}"))
+        rows.insert(at, ("class weights (loss)", f"balanced: {class_weights.label(spec.labels)}"))
     at = next(i for i, (name, _) in enumerate(rows) if name == "weights")
     rows[at:at] = _speed_rows(speed)
     rows.append(("summary", out / "summary.json"))

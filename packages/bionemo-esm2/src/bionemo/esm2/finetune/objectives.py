@@ -51,9 +51,10 @@ def loss_sum(
         scale: Regression tasks: each column's label spread ``[k]`` on the logits' device
             (:meth:`bionemo.esm2.finetune.label_scaling.LabelScaling.on`); errors are divided by it, so the squared
             error is the standardized one and every column weighs the same. None: 1.
-        class_weights: Classification tasks: a weight per class ``[k]`` on the logits' device
-            (:mod:`bionemo.esm2.finetune.class_weights`); each item's cross-entropy is multiplied by its class's
-            weight, the count stays the item count. None: 1.
+        class_weights: On the logits' device (:mod:`bionemo.esm2.finetune.class_weights`): the classification
+            tasks a weight per class ``[k]``, each item's cross-entropy times its class's; multilabel ``[2, k]``,
+            each label's binary cross-entropy times row 0's weight where the label is 0, row 1's where it is 1.
+            The count stays the item count. None: 1.
 
     Per item: classification cross-entropy; multilabel binary cross-entropy with logits, averaged over the
     labels; regression squared error averaged over the columns; token-classification cross-entropy and
@@ -84,7 +85,8 @@ def loss_sum(
             spread = scale if task is Task.REGRESSION else scale.reshape(())
             logits, values = logits / spread, values / spread
         if task is Task.MULTILABEL:
-            per_item = F.binary_cross_entropy_with_logits(logits, values, reduction="none").mean(dim=-1)
+            weight = None if class_weights is None else torch.where(values > 0.5, class_weights[1], class_weights[0])
+            per_item = F.binary_cross_entropy_with_logits(logits, values, weight, reduction="none").mean(dim=-1)
         elif task is Task.REGRESSION:
             per_item = F.mse_loss(logits, values, reduction="none").mean(dim=-1)
         else:

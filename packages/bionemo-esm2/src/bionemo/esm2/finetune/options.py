@@ -95,10 +95,10 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
         if settings.class_weights is None
         else _choice(ClassWeighting, settings.class_weights, "--class-weights")
     )
-    if weighting is not ClassWeighting.NONE and task not in (Task.CLASSIFICATION, Task.TOKEN_CLASSIFICATION):
+    if weighting is not ClassWeighting.NONE and task in (Task.REGRESSION, Task.TOKEN_REGRESSION):
         raise OptionError(
-            f"--class-weights {weighting} weighs the classes of classification and token-classification; --task "
-            f"{task} has none: leave --class-weights out",
+            f"--class-weights {weighting} weighs the classes of classification, multilabel and token-classification; "
+            f"--task {task} has none: leave --class-weights out",
             "--class-weights",
         )
     try:
