@@ -27,6 +27,8 @@ def test_loss_sum_matches_the_cpu_without_making_the_host_wait(task):
         target = torch.randn(shape)
     # class weights (--class-weights) for the classification tasks, label scales for the regression tasks
     weights = torch.tensor([0.5, 2.0, 1.25]) if task in (Task.CLASSIFICATION, Task.TOKEN_CLASSIFICATION) else None
+    if task is Task.MULTILABEL:
+        weights = torch.tensor([[0.5, 1.0, 0.75], [3.0, 1.0, 1.5]])  # each label's 0s, 1s
     scale = torch.tensor([2.0, 0.5, 1.0][:width]) if task in (Task.REGRESSION, Task.TOKEN_REGRESSION) else None
     expected = loss_sum(task, logits, target, mask, scale, weights)
     on_gpu = logits.cuda().requires_grad_()
