@@ -22,14 +22,6 @@ from bionemo.recipes.outputs import read_predictions
 from bionemo.recipes.settings import SettingsError
 from support.cli_runs import bionemo
 from support.finetune_data import read_csv, rows, write_csv
-from support.hf_esm import random_hf_esm
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("api") / "base"
-    random_hf_esm(path, hidden=32, heads=2, layers=1)
-    return path
 
 
 def _pairs(table: list[dict[str, str]]) -> list[tuple[str, str]]:

@@ -17,7 +17,6 @@ from bionemo.esm2.finetune.options import finetune_options
 from bionemo.esm2.finetune.tasks import OptionError, Task
 from bionemo.recipes.settings import RunSettings, SettingsError
 from support.finetune_data import rows
-from support.hf_esm import random_hf_esm
 
 
 def _options(task: str, best: str | None):
@@ -33,13 +32,6 @@ def test_a_metric_the_task_logs_or_the_loss_with_its_direction():
     with pytest.raises(OptionError, match="--task regression logs mse, pearson, spearman, loss") as error:
         _options("regression", "mcc")
     assert error.value.option == "--best-metric"
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("best") / "base"
-    random_hf_esm(path, hidden=32, heads=2, layers=1)
-    return path
 
 
 def _validations(run: Path, key: str) -> list[tuple[int, float]]:

@@ -9,7 +9,6 @@ import csv
 import json
 import math
 from collections import Counter
-from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +20,6 @@ from bionemo.esm2.finetune.options import finetune_options
 from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary, OptionError, Task
 from bionemo.recipes.settings import RunSettings, SettingsError
 from support.finetune_data import rows
-from support.hf_esm import random_hf_esm
 
 
 def test_balanced_weights_are_n_over_classes_times_count():
@@ -102,13 +100,6 @@ def test_the_option_is_for_tasks_with_classes():
         finetune_options(RunSettings(task="classification", label_column=["y"], class_weights="inverse"))
     options = finetune_options(RunSettings(task="classification", label_column=["y"], class_weights="Balanced"))
     assert options.class_weights == "balanced"
-
-
-@pytest.fixture(scope="module")
-def base(tmp_path_factory) -> Path:
-    path = tmp_path_factory.mktemp("weights") / "base"
-    random_hf_esm(path, hidden=32, heads=2, layers=1)
-    return path
 
 
 def _imbalanced(count: int, seed: int) -> list[dict[str, str]]:
