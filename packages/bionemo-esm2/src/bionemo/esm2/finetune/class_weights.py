@@ -29,11 +29,17 @@ from bionemo.esm2.finetune.tasks import LabelledRecord, LabelVocabulary, Task
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["ClassWeighting", "ClassWeights"]
+__all__ = ["WEIGHTED_TASKS", "WEIGHTED_TASK_NAMES", "ClassWeighting", "ClassWeights"]
+
+WEIGHTED_TASKS = (Task.CLASSIFICATION, Task.MULTILABEL, Task.TOKEN_CLASSIFICATION)
+"""The tasks with classes to weigh (multilabel: each label's 0s and 1s)."""
+
+WEIGHTED_TASK_NAMES = f"{', '.join(WEIGHTED_TASKS[:-1])} and {WEIGHTED_TASKS[-1]}"
+"""Their names for messages: ``classification, multilabel and token-classification``."""
 
 
 class ClassWeighting(StrEnum):
-    """``--class-weights``: how the classes of a classification task weigh in the loss."""
+    """``--class-weights``: how the classes of a task in :data:`WEIGHTED_TASKS` weigh in the loss."""
 
     NONE = "none"
     """Every item weighs 1."""
@@ -61,6 +67,8 @@ class ClassWeights:
             ValueError: A task without classes, or records that hold no scored item.
         """
         task = Task(task)
+        if task not in WEIGHTED_TASKS:
+            raise ValueError(f"class weights are for {WEIGHTED_TASK_NAMES}, not {task}")
         if task is Task.MULTILABEL:
             columns = list(zip(*(vocabulary.encode(record) for record in records), strict=True))
             ones = [sum(1 for value in column if value > 0.5) for column in columns]
@@ -68,8 +76,6 @@ class ClassWeights:
             return cls(
                 tuple(n / (2 * k) if k else 0.0 for k in ones), tuple(n / (2 * (n - k)) if n - k else 0.0 for k in ones)
             )
-        if task not in (Task.CLASSIFICATION, Task.TOKEN_CLASSIFICATION):
-            raise ValueError(f"class weights are for classification, multilabel and token-classification, not {task}")
         counts = [0] * len(vocabulary.classes)
         for record in records:
             encoded = vocabulary.encode(record)
@@ -104,8 +110,7 @@ class ClassWeights:
     def label(self, vocabulary: LabelVocabulary) -> str:
         """``hyd 0.62, pol 2.5`` (multilabel ``has_c 0/1 0.6/2.5, ...``), for the run's summary."""
         if self.negatives:
-            return ", ".join(f"{name} 0/1 {zero:.3g}/{one:.3g}" for name, (zero, one) in
-                             ((n, (w["0"], w["1"])) for n, w in self.by_name(vocabulary).items()))  # fmt: skip
+            return ", ".join(f"{name} 0/1 {w['0']:.3g}/{w['1']:.3g}" for name, w in self.by_name(vocabulary).items())
         return ", ".join(f"{name} {weight:.3g}" for name, weight in self.by_name(vocabulary).items())
 
     def to_json(self) -> str:

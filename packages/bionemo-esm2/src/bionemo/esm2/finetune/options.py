@@ -4,7 +4,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from bionemo.esm2.finetune.class_weights import ClassWeighting
+from bionemo.esm2.finetune.class_weights import WEIGHTED_TASK_NAMES, WEIGHTED_TASKS, ClassWeighting
 from bionemo.esm2.finetune.head_config import HeadChoice, HeadConfig, head_config
 from bionemo.esm2.finetune.metric_names import BEST_METRIC, BestMetric, best_metric
 from bionemo.esm2.finetune.spec import LORA_TARGETS, EncoderMode, LoRASettings
@@ -95,9 +95,9 @@ def finetune_options(settings: RunSettings) -> FinetuneOptions:
         if settings.class_weights is None
         else _choice(ClassWeighting, settings.class_weights, "--class-weights")
     )
-    if weighting is not ClassWeighting.NONE and task in (Task.REGRESSION, Task.TOKEN_REGRESSION):
+    if weighting is not ClassWeighting.NONE and task not in WEIGHTED_TASKS:
         raise OptionError(
-            f"--class-weights {weighting} weighs the classes of classification, multilabel and token-classification; "
+            f"--class-weights {weighting} weighs the classes of {WEIGHTED_TASK_NAMES}; "
             f"--task {task} has none: leave --class-weights out",
             "--class-weights",
         )
